@@ -1,0 +1,40 @@
+"""ipybox: a code-action sandbox for AI agents.
+
+The public names are imported lazily so that kernel code importing a generated tool API
+(which needs only `ipybox.tool_exec.client`) does not pay for the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
+    from ipybox.mcp_apigen import generate_mcp_sources
+    from ipybox.tool_exec.approval.client import ApprovalClient, ApprovalRequest
+    from ipybox.tool_exec.approval.server import ApprovalChannel
+    from ipybox.tool_exec.client import ToolRunner, ToolRunnerError
+    from ipybox.tool_exec.server import ToolServer
+
+_EXPORTS = {
+    "CodeExecutor": "ipybox.code_exec",
+    "CodeExecutionChunk": "ipybox.code_exec",
+    "CodeExecutionError": "ipybox.code_exec",
+    "CodeExecutionResult": "ipybox.code_exec",
+    "generate_mcp_sources": "ipybox.mcp_apigen",
+    "ApprovalClient": "ipybox.tool_exec.approval.client",
+    "ApprovalRequest": "ipybox.tool_exec.approval.client",
+    "ApprovalChannel": "ipybox.tool_exec.approval.server",
+    "ToolRunner": "ipybox.tool_exec.client",
+    "ToolRunnerError": "ipybox.tool_exec.client",
+    "ToolServer": "ipybox.tool_exec.server",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'ipybox' has no attribute {name!r}")

@@ -1,0 +1,264 @@
+"""`CodeExecutor`: runs code in a kernel, with its tool calls approved by the application."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ipybox.kernel_mgr.kernel import KernelDied, kernel_environment
+from ipybox.kernel_mgr.output import KernelEvent
+from ipybox.kernel_mgr.supervisor import KernelSupervisor
+from ipybox.tool_exec.approval.client import ApprovalRequest
+from ipybox.tool_exec.client import ENDPOINT_VAR
+from ipybox.tool_exec.server import ToolServer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CodeExecutionChunk:
+    """A piece of output, yielded by `CodeExecutor.stream(..., chunks=True)` as it is produced."""
+
+    text: str
+
+
+@dataclass
+class CodeExecutionResult:
+    """The output of a finished execution: its text (None if it printed nothing) and image files."""
+
+    text: str | None
+    images: list[Path] = field(default_factory=list)
+
+
+class CodeExecutionError(Exception):
+    """The code raised, a tool call was rejected or failed, or the kernel died.
+
+    The message is the kernel's traceback (plain text); `output` holds what the code printed
+    before it failed.
+    """
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output
+
+
+_DONE = object()
+
+
+class CodeExecutor:
+    """Executes Python code in a stateful IPython kernel whose MCP tool calls need approval.
+
+    The kernel runs in a subprocess (optionally sandboxed) with the caller's working
+    directory and only the environment given in `kernel_env`. Its tool calls go to an
+    embedded `ToolServer` over a unix socket; `stream()` yields an `ApprovalRequest` for
+    each one, `execute()` approves them all.
+
+    `kernel_gateway_host`, `kernel_gateway_port` and `tool_server_host` are accepted for
+    compatibility and unused: kernels are driven directly over ipc sockets. With
+    `tool_server_port` set, the tool server also listens on that TCP port.
+    """
+
+    def __init__(
+        self,
+        tool_server_host: str = "localhost",
+        tool_server_port: int | None = None,
+        kernel_gateway_host: str = "localhost",
+        kernel_gateway_port: int | None = None,
+        kernel_env: dict[str, str] | None = None,
+        images_dir: Path | None = None,
+        approval_timeout: float = 60,
+        connect_timeout: float = 30,
+        sandbox: bool = False,
+        sandbox_config: Path | None = None,
+        log_level: str = "WARNING",
+        *,
+        spare_kernel: bool = True,
+        working_dir: Path | None = None,
+    ) -> None:
+        self.working_dir = (working_dir or Path.cwd()).resolve()
+        self.images_dir = images_dir or self.working_dir / "images"
+        self._tool_server_host = tool_server_host
+        self._tool_server_port = tool_server_port
+        self._kernel_env = dict(kernel_env or {})
+        self._approval_timeout = approval_timeout
+        self._connect_timeout = connect_timeout
+        self._sandbox = sandbox
+        self._sandbox_config = sandbox_config
+        self._spare_kernel = spare_kernel
+        self._runtime_dir: Path | None = None
+        self._tool_server: ToolServer | None = None
+        self._kernels: KernelSupervisor | None = None
+        self._lock = asyncio.Lock()
+        logging.getLogger("ipybox").setLevel(log_level)
+
+    async def __aenter__(self) -> CodeExecutor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def tool_server(self) -> ToolServer:
+        if self._tool_server is None:
+            raise RuntimeError("The executor is not started: use `async with CodeExecutor()` or call start().")
+        return self._tool_server
+
+    async def start(self) -> None:
+        """Start the tool server and the kernel."""
+        if self._kernels is not None:
+            raise RuntimeError("CodeExecutor is already started")
+        try:
+            await self._start()
+        except BaseException:
+            await _finish(self._stop())
+            raise
+
+    async def _start(self) -> None:
+        command_prefix: list[str] = []
+        if self._sandbox:
+            from ipybox.sandbox import sandbox_command
+
+            command_prefix = sandbox_command(self._sandbox_config, self.working_dir)
+        self._runtime_dir = Path(tempfile.mkdtemp(prefix="ipybox-"))
+        socket_path = self._runtime_dir / "tools.sock"
+        self._tool_server = ToolServer(
+            host=self._tool_server_host,
+            port=self._tool_server_port,
+            approval_required=True,
+            approval_timeout=self._approval_timeout,
+            connect_timeout=self._connect_timeout,
+            path=socket_path,
+        )
+        await self._tool_server.start()
+        env = kernel_environment(self._kernel_env) | {ENDPOINT_VAR: str(socket_path)}
+        self._kernels = KernelSupervisor(
+            self._runtime_dir,
+            self.working_dir,
+            env,
+            command_prefix=command_prefix,
+            parent_watch=not self._sandbox,
+            spare=self._spare_kernel,
+        )
+        await self._kernels.start()
+
+    async def stop(self) -> None:
+        """Stop the kernel(s), the tool server and its MCP servers; remove runtime files."""
+        await _finish(self._stop())
+
+    async def _stop(self) -> None:
+        kernels, self._kernels = self._kernels, None
+        server, self._tool_server = self._tool_server, None
+        if kernels is not None:
+            await kernels.stop()
+        if server is not None:
+            await server.stop()
+        if self._runtime_dir is not None:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            self._runtime_dir = None
+
+    async def reset(self) -> None:
+        """Start over with a fresh kernel and close all MCP servers (they restart on next use).
+
+        Variables, imports and definitions are gone; installed packages and files stay.
+        """
+        async with self._lock:
+            await self._require_kernels().replace()
+            await self.tool_server.reset()
+
+    async def execute(self, code: str, timeout: float = 120) -> CodeExecutionResult:
+        """Run `code`, approving every tool call it makes, and return its result."""
+        async for item in self.stream(code, timeout=timeout):
+            if isinstance(item, ApprovalRequest):
+                await item.accept()
+            elif isinstance(item, CodeExecutionResult):
+                return item
+        raise AssertionError("stream() ended without a result")  # pragma: no cover
+
+    async def stream(
+        self, code: str, timeout: float = 120, chunks: bool = False
+    ) -> AsyncIterator[ApprovalRequest | CodeExecutionChunk | CodeExecutionResult]:
+        """Run `code`, yielding approval requests, output chunks (if `chunks`) and the final result.
+
+        Raises `CodeExecutionError` if the code fails, and `TimeoutError` if it runs longer
+        than `timeout` seconds (approval waits included); the cell is then interrupted and
+        the kernel keeps its state.
+        """
+        async with self._lock:
+            kernels = self._require_kernels()
+            queue: asyncio.Queue[Any] = asyncio.Queue()
+            output: list[KernelEvent] = []
+
+            def on_event(event: KernelEvent) -> None:
+                output.append(event)
+                if chunks and event.kind == "stream":
+                    queue.put_nowait(CodeExecutionChunk(event.text))
+
+            async def on_approval(request: ApprovalRequest) -> None:
+                queue.put_nowait(request)
+
+            approval = self.tool_server.approval
+            approval.connect(on_approval)
+            deadline = asyncio.get_running_loop().time() + timeout
+            task = asyncio.create_task(kernels.execute(code, on_event, deadline))
+            task.add_done_callback(lambda _: queue.put_nowait(_DONE))
+            try:
+                while (item := await queue.get()) is not _DONE:
+                    yield item
+                reply = task.result()
+            except TimeoutError:
+                raise TimeoutError(
+                    f"Execution exceeded the {timeout:g} s timeout and was interrupted; "
+                    "the kernel kept its state."
+                ) from None
+            except KernelDied as e:
+                raise CodeExecutionError(
+                    f"{e} Its state (variables, imports) is lost; the next execution runs on a fresh kernel.",
+                    _text(output),
+                ) from None
+            finally:
+                approval.disconnect()
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+            if reply.error is not None:
+                raise CodeExecutionError(reply.error, _text(output))
+            yield CodeExecutionResult(_text(output) or None, self._save_images(output))
+
+    def _require_kernels(self) -> KernelSupervisor:
+        if self._kernels is None:
+            raise RuntimeError("The executor is not started: use `async with CodeExecutor()` or call start().")
+        return self._kernels
+
+    def _save_images(self, events: list[KernelEvent]) -> list[Path]:
+        paths: list[Path] = []
+        for event in events:
+            if event.kind == "image":
+                self.images_dir.mkdir(parents=True, exist_ok=True)
+                path = self.images_dir / f"{uuid.uuid4().hex[:12]}.png"
+                path.write_bytes(event.data)
+                paths.append(path)
+        return paths
+
+
+def _text(events: list[KernelEvent]) -> str:
+    return "".join(e.text for e in events if e.kind != "image").rstrip()
+
+
+async def _finish(coro: Coroutine[Any, Any, None]) -> None:
+    """Run a cleanup coroutine to the end even if the caller is cancelled meanwhile."""
+    task = asyncio.ensure_future(coro)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise

@@ -1,0 +1,295 @@
+"""One IPython kernel process, driven over ZMQ ipc sockets with jupyter_client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.asynchronous.client import AsyncKernelClient
+
+from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
+
+logger = logging.getLogger(__name__)
+
+#: Variables a Python process needs to run; everything else of the parent's stays out of the kernel.
+_ESSENTIAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM")
+_CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+
+
+class KernelDied(Exception):
+    """The kernel process exited while a request was outstanding."""
+
+    def __init__(self, returncode: int | None) -> None:
+        self.returncode = returncode
+        super().__init__(describe_exit(returncode))
+
+
+_SIGNAL_HINTS = {
+    signal.SIGKILL: "killed, most often by the out-of-memory killer or a memory limit",
+    signal.SIGSEGV: "a segmentation fault in native code",
+    signal.SIGABRT: "aborted by native code",
+}
+
+
+def describe_exit(returncode: int | None) -> str:
+    """Explain a kernel's exit status in words an agent can act on."""
+    if returncode is None:
+        return "The kernel stopped responding."
+    if returncode >= 0:
+        return f"The kernel process exited with code {returncode}."
+    try:
+        sig = signal.Signals(-returncode)
+    except ValueError:
+        return f"The kernel died from signal {-returncode}."
+    hint = _SIGNAL_HINTS.get(sig)
+    return f"The kernel died from {sig.name}" + (f" ({hint})." if hint else ".")
+
+
+@dataclass
+class KernelReply:
+    """The outcome of one execute request."""
+
+    status: str
+    error: str | None = None
+    events: list[KernelEvent] = field(default_factory=list)
+
+
+def kernel_environment(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment a kernel starts with: the essentials plus what the caller gives."""
+    env = {key: os.environ[key] for key in _ESSENTIAL_ENV if key in os.environ}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class Kernel:
+    """An ipykernel subprocess and an async client connected to it.
+
+    The kernel gets its own session (process group) so an interrupt or a stop reaches
+    everything it spawned, and its own connection file and ipc sockets in `runtime_dir`.
+    """
+
+    def __init__(
+        self,
+        runtime_dir: Path,
+        cwd: Path,
+        env: Mapping[str, str],
+        command_prefix: Sequence[str] = (),
+        parent_watch: bool = True,
+    ) -> None:
+        self._runtime_dir = runtime_dir
+        self._cwd = cwd
+        self._env = dict(env)
+        self._prefix = list(command_prefix)
+        self._parent_watch = parent_watch
+        self._name = f"k{secrets.token_hex(4)}"
+        self._process: asyncio.subprocess.Process | None = None
+        self._client: AsyncKernelClient | None = None
+        self._exited: asyncio.Task[int] | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode if self._process else None
+
+    async def start(self, timeout: float = 30) -> None:
+        """Launch the kernel and wait until it answers a kernel_info request."""
+        conn_file = self._write_connection_file()
+        env = dict(self._env)
+        if self._parent_watch:
+            env["JPY_PARENT_PID"] = str(os.getpid())
+        argv = [*self._prefix, sys.executable, "-m", "ipykernel_launcher", "-f", str(conn_file)]
+        argv += ["--IPKernelApp.log_level=ERROR", "--HistoryManager.enabled=False"]
+        self._process = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=self._cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        self._exited = asyncio.create_task(self._process.wait())
+        client = AsyncKernelClient()
+        client.load_connection_file(str(conn_file))
+        client.start_channels()
+        self._client = client
+        try:
+            await self._race(client.wait_for_ready(timeout=timeout), timeout)
+        except (KernelDied, RuntimeError, TimeoutError) as e:
+            stderr = await self._read_stderr()
+            await self.stop()
+            raise RuntimeError(f"The IPython kernel failed to start: {e}\n{stderr}".strip()) from None
+        except BaseException:  # cancelled while starting: leave nothing behind
+            await asyncio.shield(self.stop())
+            raise
+        if self._process.stderr is not None:
+            self._stderr_task = asyncio.create_task(self._discard(self._process.stderr))
+
+    @staticmethod
+    async def _discard(stream: asyncio.StreamReader) -> None:
+        """Keep the kernel's stderr pipe drained so a chatty kernel never blocks on it."""
+        while await stream.read(65536):
+            pass
+
+    async def _read_stderr(self) -> str:
+        if self._process is None or self._process.stderr is None:
+            return ""
+        with contextlib.suppress(Exception):
+            data = await asyncio.wait_for(self._process.stderr.read(8192), 1)
+            return data.decode(errors="replace")
+        return ""
+
+    def _write_connection_file(self) -> Path:
+        self._runtime_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info: dict[str, Any] = {f"{ch}_port": i for i, ch in enumerate(_CHANNELS, start=1)}
+        info |= {
+            "transport": "ipc",
+            "ip": str(self._runtime_dir / self._name),
+            "key": secrets.token_hex(32),
+            "signature_scheme": "hmac-sha256",
+            "kernel_name": "python3",
+        }
+        path = self._runtime_dir / f"{self._name}.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        return path
+
+    async def _race(self, aw: Any, timeout: float | None) -> Any:
+        """Await `aw`, but raise `KernelDied` as soon as the kernel process exits."""
+        assert self._exited is not None
+        task = asyncio.ensure_future(aw)
+        done, _ = await asyncio.wait({task, self._exited}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if self._exited in done:
+            raise KernelDied(self._exited.result())
+        raise TimeoutError
+
+    async def execute(
+        self,
+        code: str,
+        on_event: Callable[[KernelEvent], None],
+        deadline: float,
+        interrupt_grace: float = 5,
+    ) -> KernelReply:
+        """Run `code`, passing each output event to `on_event` as it arrives.
+
+        Completes only when both the execute reply and the kernel's idle status for this
+        request have arrived. On reaching `deadline` (loop time) the cell is interrupted and
+        `TimeoutError` raised; if the interrupt does not take within `interrupt_grace`
+        seconds, the kernel is killed and `KernelDied` raised instead.
+        """
+        client = self._require_client()
+        msg_id = client.execute(code, silent=False, store_history=False, allow_stdin=False)
+        collector = OutputCollector(on_event)
+        loop = asyncio.get_running_loop()
+        try:
+            await self._race(self._drain_iopub(client, msg_id, collector), max(deadline - loop.time(), 0))
+            reply = await self._race(self._shell_reply(client, msg_id), max(deadline - loop.time(), 0) + 5)
+        except TimeoutError:
+            await self._interrupt(client, msg_id, interrupt_grace)
+            raise
+        except asyncio.CancelledError:
+            # The caller gave up on this cell: stop it so the kernel is free for the next one.
+            client.control_channel.send(client.session.msg("interrupt_request", {}))
+            raise
+        content = reply["content"]
+        error = collector.error
+        if content.get("status") == "error" and error is None:
+            error = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+        return KernelReply(status=content.get("status", "error"), error=error, events=collector.events)
+
+    async def _drain_iopub(self, client: AsyncKernelClient, msg_id: str, collector: OutputCollector) -> None:
+        while True:
+            msg = await client.get_iopub_msg()
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+                return
+            collector.add(msg)
+
+    async def _shell_reply(self, client: AsyncKernelClient, msg_id: str) -> dict[str, Any]:
+        while True:
+            msg: dict[str, Any] = await client.get_shell_msg()
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+
+    async def _interrupt(self, client: AsyncKernelClient, msg_id: str, grace: float) -> None:
+        """Interrupt the running cell over the control channel; kill the kernel if that fails."""
+        client.control_channel.send(client.session.msg("interrupt_request", {}))
+        try:
+            await self._race(self._drain_iopub(client, msg_id, OutputCollector(lambda _: None)), grace)
+            await self._race(self._shell_reply(client, msg_id), grace)
+        except (TimeoutError, KernelDied):
+            logger.warning("kernel %s ignored an interrupt; killing it", self.pid)
+            await self.stop()
+            raise KernelDied(None) from None
+
+    def _require_client(self) -> AsyncKernelClient:
+        if self._client is None or not self.alive:
+            raise KernelDied(self.returncode)
+        return self._client
+
+    async def stop(self, grace: float = 2) -> None:
+        """Kill the kernel's whole process group and remove its files."""
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.stop_channels()
+            self._client = None
+        process = self._process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._exited or process.wait()), grace)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+        if process is not None:
+            # Children of the kernel (e.g. a background `!sleep`) share its process group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+        for task in (self._exited, self._stderr_task):
+            if task is not None and not task.done():
+                task.cancel()
+        self._remove_files()
+
+    def _remove_files(self) -> None:
+        for path in self._runtime_dir.glob(f"{self._name}*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+@contextlib.asynccontextmanager
+async def running_kernel(runtime_dir: Path, cwd: Path, env: Mapping[str, str]) -> AsyncIterator[Kernel]:
+    """Start a kernel for the duration of the block."""
+    kernel = Kernel(runtime_dir, cwd, env)
+    await kernel.start()
+    try:
+        yield kernel
+    finally:
+        await kernel.stop()

@@ -1,0 +1,108 @@
+"""Keeps one working kernel (plus a warm spare) alive across resets, timeouts and crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ipybox.kernel_mgr.kernel import Kernel, KernelDied, KernelReply
+from ipybox.kernel_mgr.output import KernelEvent
+
+logger = logging.getLogger(__name__)
+
+
+class KernelSupervisor:
+    """Owns the kernel an executor runs code in.
+
+    A spare kernel is started in the background after the first one is ready, so that
+    `reset()` and recovery from a dead kernel only swap kernels instead of starting one.
+    """
+
+    def __init__(
+        self,
+        runtime_dir: Path,
+        cwd: Path,
+        env: Mapping[str, str],
+        command_prefix: Sequence[str] = (),
+        parent_watch: bool = True,
+        spare: bool = True,
+    ) -> None:
+        self._new = lambda: Kernel(runtime_dir, cwd, env, command_prefix, parent_watch)
+        self._spare_enabled = spare
+        self._kernel: Kernel | None = None
+        self._spare: asyncio.Task[Kernel] | None = None
+        self._retired: set[asyncio.Task[None]] = set()
+
+    @property
+    def kernel(self) -> Kernel:
+        if self._kernel is None:
+            raise RuntimeError("The executor is not started: use `async with CodeExecutor()` or call start().")
+        return self._kernel
+
+    async def start(self) -> None:
+        self._kernel = await self._start_kernel()
+        self._prepare_spare()
+
+    async def _start_kernel(self) -> Kernel:
+        kernel = self._new()
+        await kernel.start()
+        return kernel
+
+    def _prepare_spare(self) -> None:
+        if self._spare_enabled and self._spare is None:
+            self._spare = asyncio.create_task(self._start_kernel())
+
+    async def spare_ready(self) -> None:
+        """Wait until the warm spare kernel (if enabled) is up."""
+        if self._spare is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._spare)
+
+    async def execute(self, code: str, on_event: Callable[[KernelEvent], None], deadline: float) -> KernelReply:
+        """Run code on the current kernel; after a crash, swap in a fresh kernel and re-raise."""
+        kernel = self.kernel
+        try:
+            return await kernel.execute(code, on_event, deadline)
+        except KernelDied:
+            await self.replace()
+            raise
+
+    async def replace(self) -> None:
+        """Retire the current kernel and put a fresh one (the spare, if warm) in its place."""
+        old, self._kernel = self._kernel, None
+        if old is not None:
+            self._retire(old)
+        spare, self._spare = self._spare, None
+        kernel: Kernel | None = None
+        if spare is not None:
+            try:
+                kernel = await spare
+            except Exception as e:
+                logger.warning("spare kernel failed to start (%s); starting another", e)
+        if kernel is None or not kernel.alive:
+            kernel = await self._start_kernel()
+        self._kernel = kernel
+        self._prepare_spare()
+
+    def _retire(self, kernel: Kernel) -> None:
+        task = asyncio.create_task(kernel.stop())
+        self._retired.add(task)
+        task.add_done_callback(self._retired.discard)
+
+    async def stop(self) -> None:
+        """Stop every kernel this supervisor started, including the spare and retired ones."""
+        kernels = [k for k in (self._kernel,) if k is not None]
+        self._kernel = None
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            if spare.done():
+                with contextlib.suppress(BaseException):
+                    kernels.append(spare.result())
+            else:
+                spare.cancel()
+                with contextlib.suppress(BaseException):
+                    await spare
+        await asyncio.gather(*(k.stop() for k in kernels), *self._retired, return_exceptions=True)

@@ -1,0 +1,1 @@
+"""Tool execution: the tool server, its kernel-side runner, and the approval of each call."""

@@ -1,0 +1,120 @@
+"""The application's side of approval: `ApprovalRequest` and the remote `ApprovalClient`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class ApprovalRequest:
+    """A tool call waiting for the application's decision: call `accept()` or `reject()`."""
+
+    def __init__(
+        self,
+        server_name: str,
+        tool_name: str,
+        tool_args: dict[str, Any],
+        respond: Callable[[bool], Awaitable[None]],
+    ) -> None:
+        self.server_name = server_name
+        self.tool_name = tool_name
+        self.tool_args = tool_args
+        self._respond = respond
+
+    __match_args__ = ("server_name", "tool_name", "tool_args")
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.tool_args.items())
+        return f"{self.server_name}.{self.tool_name}({args})"
+
+    def __repr__(self) -> str:
+        return f"ApprovalRequest({self.server_name!r}, {self.tool_name!r}, {self.tool_args!r})"
+
+    async def accept(self) -> None:
+        """Let the tool call run."""
+        await self._respond(True)
+
+    async def reject(self) -> None:
+        """Refuse the tool call; the calling code gets an error."""
+        await self._respond(False)
+
+
+ApprovalCallback = Callable[[ApprovalRequest], Awaitable[None]]
+
+
+class ApprovalClient:
+    """Receives approval requests from a `ToolServer` over its socket and passes them to `callback`.
+
+    The tool server only accepts an approval client that presents its `approval_token`, so code
+    running in a kernel cannot approve its own tool calls.
+    """
+
+    def __init__(
+        self,
+        callback: ApprovalCallback,
+        host: str = "localhost",
+        port: int = 8900,
+        *,
+        token: str,
+        path: str | None = None,
+    ) -> None:
+        self._callback = callback
+        self._host, self._port, self._path = host, port, path
+        self._token = token
+        self._writer: asyncio.StreamWriter | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ApprovalClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.disconnect()
+
+    async def connect(self) -> None:
+        """Connect to the tool server's approval channel."""
+        if self._path:
+            reader, writer = await asyncio.open_unix_connection(self._path)
+        else:
+            reader, writer = await asyncio.open_connection(self._host, self._port)
+        writer.write(json.dumps({"op": "approve", "token": self._token}).encode() + b"\n")
+        await writer.drain()
+        answer = json.loads(await reader.readline() or b"{}")
+        if not answer.get("ok"):
+            writer.close()
+            raise ConnectionRefusedError(answer.get("error", "approval channel refused the connection"))
+        self._writer = writer
+        self._task = asyncio.create_task(self._serve(reader, writer))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        lock = asyncio.Lock()
+        pending: set[asyncio.Task[None]] = set()
+        while line := await reader.readline():
+            msg = json.loads(line)
+
+            async def respond(accepted: bool, request_id: Any = msg["id"]) -> None:
+                async with lock:
+                    writer.write(json.dumps({"id": request_id, "accepted": accepted}).encode() + b"\n")
+                    await writer.drain()
+
+            request = ApprovalRequest(msg["server_name"], msg["tool_name"], msg["tool_args"], respond)
+            task = asyncio.create_task(self._callback(request))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    async def disconnect(self) -> None:
+        """Disconnect; pending requests on the server side fail."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None

@@ -1,0 +1,62 @@
+"""The tool server's side of approval: asks the application and waits for its answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ipybox.tool_exec.approval.client import ApprovalRequest
+
+ApprovalHandler = Callable[[ApprovalRequest], Awaitable[None]]
+
+
+class ApprovalChannel:
+    """Routes approval requests to the connected application handler.
+
+    With `approval_required=False` every request is granted at once. Otherwise the
+    request goes to the handler set with `connect()`, and the call waits up to
+    `approval_timeout` seconds for `accept()` or `reject()`.
+    """
+
+    def __init__(self, approval_required: bool = False, approval_timeout: float = 60) -> None:
+        self.approval_required = approval_required
+        self.approval_timeout = approval_timeout
+        self._handler: ApprovalHandler | None = None
+
+    @property
+    def open(self) -> bool:
+        """Whether an application handler is connected."""
+        return self._handler is not None
+
+    def connect(self, handler: ApprovalHandler) -> None:
+        """Send future approval requests to `handler`."""
+        self._handler = handler
+
+    def disconnect(self) -> None:
+        self._handler = None
+
+    async def request(self, server_name: str, tool_name: str, tool_args: dict[str, Any]) -> bool:
+        """Ask for approval; True if accepted, False if rejected.
+
+        Raises `RuntimeError` when no application is connected and `TimeoutError` when
+        no decision arrives in time.
+        """
+        if not self.approval_required:
+            return True
+        handler = self._handler
+        if handler is None:
+            raise RuntimeError("no application is connected to approve tool calls")
+        decision: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        async def respond(accepted: bool) -> None:
+            if not decision.done():
+                decision.set_result(accepted)
+
+        await handler(ApprovalRequest(server_name, tool_name, tool_args, respond))
+        try:
+            return await asyncio.wait_for(decision, self.approval_timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"no approval decision within {self.approval_timeout:g} s (approval_timeout)"
+            ) from None

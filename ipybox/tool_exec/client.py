@@ -1,0 +1,183 @@
+"""Kernel-side client of the tool server; standard library only, so it imports fast in a kernel."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+#: Set in the kernel's environment by `CodeExecutor`: the tool server's unix socket.
+ENDPOINT_VAR = "IPYBOX_TOOL_SERVER"
+
+
+class ToolRunnerError(Exception):
+    """A tool call failed: rejected, not approved in time, unregistered server, or a tool error."""
+
+
+@dataclass
+class ToolImage:
+    """An image a tool returned."""
+
+    data: bytes
+    mime_type: str
+
+    def _repr_png_(self) -> bytes | None:
+        return self.data if self.mime_type == "image/png" else None
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        with open(path, "wb") as f:
+            f.write(self.data)
+
+
+@dataclass
+class ToolResource:
+    """A resource a tool returned (embedded or linked)."""
+
+    uri: str
+    mime_type: str | None = None
+    text: str | None = None
+    blob: bytes | None = None
+
+
+class ToolOutput(str):
+    """A tool's text output, with every non-text content block kept in `images` and `resources`."""
+
+    images: list[ToolImage]
+    resources: list[ToolResource]
+    content: list[dict[str, Any]]
+
+    def __new__(cls, encoded: dict[str, Any]) -> ToolOutput:
+        output = super().__new__(cls, encoded.get("text", ""))
+        output.content = encoded.get("content", [])
+        output.images, output.resources = [], []
+        for block in output.content:
+            kind = block.get("type")
+            if kind in ("image", "audio"):
+                output.images.append(ToolImage(base64.b64decode(block["data"]), block.get("mime_type", "")))
+            elif kind == "resource":
+                res = block["resource"]
+                blob = base64.b64decode(res["blob"]) if "blob" in res else None
+                output.resources.append(ToolResource(res["uri"], res.get("mime_type"), res.get("text"), blob))
+            elif kind == "resource_link":
+                output.resources.append(ToolResource(block["uri"], block.get("mime_type")))
+        return output
+
+
+class ToolRunner:
+    """Calls tools of one MCP server through a `ToolServer`.
+
+    Without `host`/`port` it connects to the tool server of the executor the code runs
+    under (its unix socket is in the kernel's environment), falling back to localhost:8900.
+    """
+
+    def __init__(
+        self,
+        server_name: str,
+        server_params: dict[str, Any],
+        host: str | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.server_name = server_name
+        self.server_params = server_params
+        self._path = os.environ.get(ENDPOINT_VAR) if host is None and port is None else None
+        self._address = (host or "localhost", port or 8900)
+
+    def run_sync(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any] | str | None:
+        """Call a tool and wait for its result (structured content as dict, else text)."""
+        return _unwrap(self._call_raw(tool_name, tool_args))
+
+    async def run(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any] | str | None:
+        """Async version of `run_sync`; the blocking call runs in a worker thread."""
+        return _unwrap(await asyncio.to_thread(self._call_raw, tool_name, tool_args))
+
+    def call(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any]:
+        """Call a tool and return the tool server's encoded result (text, structured, content)."""
+        return self._call_raw(tool_name, tool_args)
+
+    @property
+    def _endpoint(self) -> str:
+        return self._path or f"{self._address[0]}:{self._address[1]}"
+
+    def _socket(self) -> tuple[socket.socket, bool]:
+        """A connection to the tool server, reused per thread; also says whether it is reused."""
+        cache: dict[str, socket.socket] = _local.__dict__.setdefault("sockets", {})
+        if (sock := cache.get(self._endpoint)) is not None:
+            return sock, True
+        if self._path:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(self._path)
+        else:
+            sock = socket.create_connection(self._address)
+        cache[self._endpoint] = sock
+        return sock, False
+
+    def _drop_socket(self) -> None:
+        cache: dict[str, socket.socket] = _local.__dict__.setdefault("sockets", {})
+        if (sock := cache.pop(self._endpoint, None)) is not None:
+            sock.close()
+
+    def _exchange(self, payload: bytes) -> bytes:
+        sock, reused = self._socket()
+        try:
+            sock.sendall(payload)
+            return _read_line(sock)
+        except _StaleConnection:
+            self._drop_socket()
+            if not reused:
+                raise
+        return self._exchange(payload)  # the server closed an idle connection: once more, fresh
+
+    def _call_raw(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any]:
+        request = {
+            "op": "run",
+            "server_name": self.server_name,
+            "server_params": self.server_params,
+            "tool_name": tool_name,
+            "tool_args": tool_args,
+        }
+        try:
+            line = self._exchange(json.dumps(request).encode() + b"\n")
+        except OSError as e:
+            self._drop_socket()
+            raise ToolRunnerError(f"Cannot reach the ipybox tool server ({self._endpoint}): {e}") from None
+        except BaseException:
+            self._drop_socket()  # interrupted mid-call: a late reply would belong to a dead request
+            raise
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise ToolRunnerError(reply.get("error", "tool call failed"))
+        result: dict[str, Any] = reply["result"]
+        return result
+
+
+# One connection per thread and endpoint, reused across calls to save a connect per call.
+_local = threading.local()
+
+
+class _StaleConnection(ConnectionError):
+    """The server closed the connection before answering."""
+
+
+def _unwrap(encoded: dict[str, Any]) -> dict[str, Any] | str | None:
+    structured = encoded.get("structured")
+    if structured is not None:
+        return structured  # type: ignore[no-any-return]
+    return ToolOutput(encoded)
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            if chunks:
+                raise ConnectionResetError("the tool server closed the connection mid-reply")
+            raise _StaleConnection("the tool server closed the connection")
+        chunks.append(chunk)
+        if chunk.endswith(b"\n"):
+            return b"".join(chunks)

@@ -1,0 +1,134 @@
+"""Long-lived MCP server connections, started on first use and restarted after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ipybox.mcp_connect import open_session
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+    from mcp.types import CallToolResult
+
+logger = logging.getLogger(__name__)
+
+
+class ToolCallError(Exception):
+    """A tool call could not be completed; the message is meant for the caller's code."""
+
+
+class _Connection:
+    """One MCP session, owned by a task so its transport is opened and closed in one place."""
+
+    def __init__(self, name: str, params: Mapping[str, Any]) -> None:
+        self.name = name
+        self.params = dict(params)
+        self._session: ClientSession | None = None
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._error: BaseException | None = None
+        self._task = asyncio.create_task(self._run(), name=f"mcp-{name}")
+
+    async def _run(self) -> None:
+        try:
+            async with open_session(self.params) as session:
+                self._session = session
+                self._ready.set()
+                await self._stop.wait()
+        except BaseException as e:  # noqa: BLE001 - reported to whoever waits on this connection
+            self._error = e
+        finally:
+            self._session = None
+            self._ready.set()
+
+    @property
+    def alive(self) -> bool:
+        return not self._task.done()
+
+    async def session(self, timeout: float) -> ClientSession:
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            await self.close()
+            raise ToolCallError(
+                f"MCP server {self.name!r} did not start within {timeout:g} s (connect_timeout)."
+            ) from None
+        if self._session is None:
+            raise ToolCallError(f"Could not connect to MCP server {self.name!r}: {_describe(self._error)}")
+        return self._session
+
+    async def call(self, tool: str, args: dict[str, Any], timeout: float | None) -> CallToolResult:
+        """Call a tool, failing fast if the server goes away during the call."""
+        session = self._session
+        assert session is not None
+        call = asyncio.ensure_future(session.call_tool(tool, args))
+        done, _ = await asyncio.wait({call, self._task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if call in done:
+            return call.result()
+        call.cancel()
+        with contextlib.suppress(BaseException):
+            await call
+        if self._task in done:
+            raise ToolCallError(
+                f"MCP server {self.name!r} closed the connection during the call to {tool!r}"
+                f" ({_describe(self._error) or 'it exited'}). It will be restarted on the next call."
+            )
+        await self.close()
+        raise ToolCallError(f"Tool {tool!r} of MCP server {self.name!r} did not answer within {timeout:g} s.")
+
+    async def close(self) -> None:
+        self._stop.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), 10)
+        except TimeoutError:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+
+
+def _describe(error: BaseException | None) -> str:
+    """Flatten exception groups from anyio task groups into one readable line."""
+    if error is None:
+        return ""
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in error.exceptions)
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+class ConnectionPool:
+    """Connections by server name; a crashed connection is replaced on the next call."""
+
+    def __init__(self, connect_timeout: float = 30, call_timeout: float | None = None) -> None:
+        self._connect_timeout = connect_timeout
+        self._call_timeout = call_timeout
+        self._connections: dict[str, _Connection] = {}
+        self._lock = asyncio.Lock()
+
+    async def _get(self, name: str, params: Mapping[str, Any]) -> _Connection:
+        async with self._lock:
+            conn = self._connections.get(name)
+            if conn is not None and (not conn.alive or conn.params != dict(params)):
+                await conn.close()
+                conn = None
+            if conn is None:
+                conn = self._connections[name] = _Connection(name, params)
+        try:
+            await conn.session(self._connect_timeout)
+        except ToolCallError:
+            self._connections.pop(name, None)
+            raise
+        return conn
+
+    async def call(self, name: str, params: Mapping[str, Any], tool: str, args: dict[str, Any]) -> CallToolResult:
+        conn = await self._get(name, params)
+        return await conn.call(tool, args, self._call_timeout)
+
+    async def close(self) -> None:
+        """Close every connection (stdio servers are terminated)."""
+        async with self._lock:
+            connections, self._connections = list(self._connections.values()), {}
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)

@@ -1,0 +1,234 @@
+"""The tool server: runs MCP tool calls for kernel code, each after the application approves it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import itertools
+import json
+import logging
+import secrets
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ipybox.tool_exec import registry
+from ipybox.tool_exec.approval.client import ApprovalRequest
+from ipybox.tool_exec.approval.server import ApprovalChannel
+from ipybox.tool_exec.connections import ConnectionPool, ToolCallError
+
+if TYPE_CHECKING:
+    from mcp.types import CallToolResult
+
+logger = logging.getLogger(__name__)
+
+_MAX_LINE = 64 * 1024 * 1024
+
+
+class ToolServer:
+    """Executes MCP tools on behalf of kernel code, outside the kernel and its sandbox.
+
+    It listens on a unix socket (`path`) and/or TCP (`host`, `port`) for one-line JSON
+    requests. MCP servers start on their first call and stay connected until `reset()`
+    or `stop()`. Only servers registered by the application (`generate_mcp_sources` or
+    the `servers` argument) are ever started, whatever parameters a request carries.
+    """
+
+    def __init__(
+        self,
+        host: str = "localhost",
+        port: int | None = 8900,
+        approval_required: bool = False,
+        approval_timeout: float = 60,
+        connect_timeout: float = 30,
+        log_to_stderr: bool = False,
+        log_level: str = "INFO",
+        *,
+        path: str | Path | None = None,
+        servers: Mapping[str, Mapping[str, Any]] | None = None,
+        call_timeout: float | None = None,
+    ) -> None:
+        self.host, self.port = host, port
+        self.path = Path(path) if path else None
+        self.approval = ApprovalChannel(approval_required, approval_timeout)
+        self.approval_token = secrets.token_urlsafe(32)
+        self._servers = {name: dict(params) for name, params in (servers or {}).items()}
+        self._pool = ConnectionPool(connect_timeout, call_timeout)
+        self._listeners: list[asyncio.Server] = []
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._stopped = asyncio.Event()
+        if log_to_stderr:
+            handler = logging.StreamHandler(sys.stderr)
+            logging.getLogger("ipybox").addHandler(handler)
+        logging.getLogger("ipybox.tool_exec").setLevel(log_level)
+
+    async def __aenter__(self) -> ToolServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Start listening. Raises `RuntimeError` if already running."""
+        if self._listeners:
+            raise RuntimeError("ToolServer is already running")
+        self._stopped.clear()
+        try:
+            if self.path is not None:
+                self._listeners.append(await asyncio.start_unix_server(self._handle, self.path, limit=_MAX_LINE))
+                self.path.chmod(0o600)
+            if self.port is not None:
+                server = await asyncio.start_server(self._handle, self.host, self.port, limit=_MAX_LINE)
+                self.port = server.sockets[0].getsockname()[1]
+                self._listeners.append(server)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop listening and close every MCP server this server started."""
+        for listener in self._listeners:
+            listener.close()
+        self._listeners = []
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._pool.close()
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        self._stopped.set()
+
+    async def join(self) -> None:
+        """Wait until the server is stopped."""
+        await self._stopped.wait()
+
+    async def reset(self) -> None:
+        """Close all started MCP servers; they restart on their next call."""
+        await self._pool.close()
+
+    def allows(self, server_name: str, server_params: Mapping[str, Any]) -> bool:
+        """Whether the application registered this server with exactly these parameters."""
+        if server_name in self._servers:
+            return self._servers[server_name] == dict(server_params)
+        return registry.is_registered(server_name, server_params)
+
+    async def run(
+        self, server_name: str, server_params: Mapping[str, Any], tool_name: str, tool_args: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Approve and execute one tool call; returns the encoded result or raises `ToolCallError`."""
+        if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
+            raise ToolCallError(
+                f"MCP server {server_name!r} is not registered with these parameters, so it will not be "
+                "started. The application registers servers with generate_mcp_sources()."
+            )
+        try:
+            accepted = await self.approval.request(server_name, tool_name, tool_args)
+        except (RuntimeError, TimeoutError) as e:
+            raise ToolCallError(f"Tool call {server_name}.{tool_name} was not approved: {e}.") from None
+        if not accepted:
+            raise ToolCallError(f"Tool call {server_name}.{tool_name} was rejected by the application.")
+        try:
+            result = await self._pool.call(server_name, server_params, tool_name, tool_args)
+        except ToolCallError:
+            raise
+        except Exception as e:
+            raise ToolCallError(f"Tool call {server_name}.{tool_name} failed: {type(e).__name__}: {e}") from None
+        encoded = encode_result(result)
+        if result.is_error:
+            raise ToolCallError(encoded["text"] or f"Tool {tool_name!r} reported an error without a message.")
+        return encoded
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            while line := await reader.readline():
+                try:
+                    request = json.loads(line)
+                    op = request.get("op")
+                except (json.JSONDecodeError, AttributeError):
+                    await _send(writer, {"ok": False, "error": "malformed request"})
+                    continue
+                if op == "approve":
+                    await self._serve_approval_client(request, reader, writer)
+                    return
+                if op != "run":
+                    await _send(writer, {"ok": False, "error": f"unknown op {op!r}"})
+                    continue
+                try:
+                    result = await self.run(
+                        str(request.get("server_name")),
+                        request.get("server_params") or {},
+                        str(request.get("tool_name")),
+                        request.get("tool_args") or {},
+                    )
+                    await _send(writer, {"ok": True, "result": result})
+                except ToolCallError as e:
+                    await _send(writer, {"ok": False, "error": str(e)})
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+
+    async def _serve_approval_client(
+        self, hello: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Let a remote `ApprovalClient` that knows the token decide on tool calls."""
+        if not hmac.compare_digest(str(hello.get("token", "")), self.approval_token):
+            logger.warning("refused an approval client with a wrong token")
+            await _send(writer, {"ok": False, "error": "wrong approval token"})
+            return
+        await _send(writer, {"ok": True})
+        pending: dict[int, ApprovalRequest] = {}
+        ids = itertools.count()
+
+        async def forward(request: ApprovalRequest) -> None:
+            request_id = next(ids)
+            pending[request_id] = request
+            await _send(
+                writer,
+                {
+                    "id": request_id,
+                    "server_name": request.server_name,
+                    "tool_name": request.tool_name,
+                    "tool_args": request.tool_args,
+                },
+            )
+
+        self.approval.connect(forward)
+        try:
+            while line := await reader.readline():
+                answer = json.loads(line)
+                request = pending.pop(answer.get("id"), None)
+                if request is not None:
+                    await (request.accept() if answer.get("accepted") is True else request.reject())
+        finally:
+            if self.approval._handler is forward:
+                self.approval.disconnect()
+            for request in pending.values():
+                await request.reject()
+
+
+async def _send(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
+    writer.write(json.dumps(message).encode() + b"\n")
+    await writer.drain()
+
+
+def encode_result(result: CallToolResult) -> dict[str, Any]:
+    """A tool result as plain JSON: joined text, structured content and every content block."""
+    blocks: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for block in result.content:
+        data = block.model_dump(mode="json", by_alias=False, exclude_none=True)
+        if block.type == "text":
+            texts.append(block.text)
+        elif block.type == "resource" and isinstance(getattr(block.resource, "text", None), str):
+            texts.append(block.resource.text)  # type: ignore[union-attr]
+        blocks.append(data)
+    return {"text": "\n".join(texts), "structured": result.structured_content, "content": blocks}
