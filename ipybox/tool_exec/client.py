@@ -89,6 +89,7 @@ class ToolRunner:
 
     def run_sync(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any] | str | None:
         """Call a tool and wait for its result (structured content as dict, else text)."""
+        __tracebackhide__ = True  # IPython shows the caller's frame, not ours
         return _unwrap(self._call_raw(tool_name, tool_args))
 
     async def run(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any] | str | None:
@@ -133,6 +134,7 @@ class ToolRunner:
         return self._exchange(payload)  # the server closed an idle connection: once more, fresh
 
     def _call_raw(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any]:
+        __tracebackhide__ = True
         request = {
             "op": "run",
             "server_name": self.server_name,

@@ -1,0 +1,5 @@
+"""API generation: typed Python modules for the tools of an MCP server, from their JSON schemas."""
+
+from ipybox.mcp_apigen.generate import ToolGenerationError, generate_mcp_sources
+
+__all__ = ["ToolGenerationError", "generate_mcp_sources"]

@@ -1,0 +1,56 @@
+"""Turns arbitrary MCP tool, property and enum names into safe, unique Python identifiers."""
+
+from __future__ import annotations
+
+import keyword
+import re
+import unicodedata
+
+from pydantic import BaseModel
+
+_NOT_IDENT = re.compile(r"[^0-9A-Za-z_]+")
+_MAX_LEN = 100
+
+#: Attributes of pydantic models (and names pydantic reserves) that a field must not shadow.
+MODEL_RESERVED = frozenset(dir(BaseModel)) | {"model_config", "model_fields", "model_computed_fields"}
+
+
+def _ascii(name: str) -> str:
+    return unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+
+
+def identifier(name: str, fallback: str = "value") -> str:
+    """A valid, non-keyword Python identifier that resembles `name`."""
+    ident = _NOT_IDENT.sub("_", _ascii(name)).strip("_")[:_MAX_LEN] or fallback
+    if ident[0].isdigit():
+        ident = f"{fallback}_{ident}"
+    if keyword.iskeyword(ident) or keyword.issoftkeyword(ident):
+        ident += "_"
+    return ident
+
+
+def module_name(tool_name: str) -> str:
+    """A lowercase module name for a tool."""
+    return identifier(tool_name, fallback="tool").lower()
+
+
+def class_name(name: str) -> str:
+    """A PascalCase class name."""
+    parts = [p for p in _NOT_IDENT.split(_ascii(name)) if p]
+    ident = "".join(p[:1].upper() + p[1:] for p in parts)[:_MAX_LEN] or "Model"
+    return f"Model{ident}" if ident[0].isdigit() else ident
+
+
+class UniqueNames:
+    """Hands out names that differ from every name handed out before (case-insensitively)."""
+
+    def __init__(self, taken: set[str] | frozenset[str] = frozenset()) -> None:
+        self._taken = {t.lower() for t in taken}
+
+    def claim(self, name: str) -> str:
+        candidate, n = name, 1
+        while candidate.lower() in self._taken:
+            n += 1
+            candidate = f"{name}_{n}"
+        self._taken.add(candidate.lower())
+        return candidate

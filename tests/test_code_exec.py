@@ -1,0 +1,445 @@
+"""`CodeExecutor` against real IPython kernels."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ipybox import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _children() -> set[int]:
+    """Pids of the live (non-zombie) descendants of the test process."""
+    return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p)}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        return _alive(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def _eventually(predicate: Callable[[], bool], timeout: float = 3.0) -> bool:
+    """Poll `predicate` until it holds or `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def _png(width: int = 3, height: int = 2) -> bytes:
+    """A small valid RGB PNG, built by hand."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + bytes([255, 0, 0]) * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return PNG_MAGIC + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+# --- basic execution -----------------------------------------------------------------------------
+
+
+async def test_execute_returns_text_without_trailing_newline(executor: CodeExecutor) -> None:
+    result = await executor.execute("print('hello world')")
+    assert result == CodeExecutionResult(text="hello world", images=[])
+
+
+async def test_execute_multiline_output_keeps_inner_newlines(executor: CodeExecutor) -> None:
+    result = await executor.execute("print('a')\nprint()\nprint('b')\nprint()")
+    assert result.text == "a\n\nb"
+
+
+async def test_execute_without_output_returns_none(executor: CodeExecutor) -> None:
+    result = await executor.execute("x = 1")
+    assert result.text is None
+    assert result.images == []
+
+
+async def test_expression_value_is_returned(executor: CodeExecutor) -> None:
+    result = await executor.execute("6 * 7")
+    assert result.text == "42"
+
+
+async def test_state_persists_across_executions(executor: CodeExecutor) -> None:
+    await executor.execute("import math\nx = 41\ndef inc(v):\n    return v + 1")
+    result = await executor.execute("print(inc(x), math.pi > 3)")
+    assert result.text == "42 True"
+
+
+async def test_top_level_await(executor: CodeExecutor) -> None:
+    code = "import asyncio\nasync def f():\n    await asyncio.sleep(0.01)\n    return 'awaited'\nprint(await f())"
+    result = await executor.execute(code)
+    assert result.text == "awaited"
+
+
+async def test_shell_escape(executor: CodeExecutor) -> None:
+    result = await executor.execute("!echo hi")
+    assert result.text == "hi"
+
+
+async def test_stdout_and_stderr_interleaved_in_order(executor: CodeExecutor) -> None:
+    code = (
+        "import sys\n"
+        "for i in range(5):\n"
+        "    print(f'out {i}', flush=True)\n"
+        "    sys.stderr.write(f'err {i}\\n')\n"
+        "    sys.stderr.flush()\n"
+    )
+    result = await executor.execute(code)
+    expected = "\n".join(f"out {i}\nerr {i}" for i in range(5))
+    assert result.text == expected
+
+
+async def test_display_of_dict_returns_text(executor: CodeExecutor) -> None:
+    result = await executor.execute("from IPython.display import display\ndisplay({'a': 1})")
+    assert result.text == "{'a': 1}"
+
+
+async def test_object_repr_is_returned(executor: CodeExecutor) -> None:
+    code = (
+        "class Thing:\n"
+        "    def __repr__(self):\n"
+        "        return 'Thing(42)'\n"
+        "    def _repr_html_(self):\n"
+        "        return '<b>42</b>'\n"
+        "from IPython.display import display\n"
+        "print('before')\n"
+        "display(Thing())\n"
+        "Thing()"
+    )
+    result = await executor.execute(code)
+    assert result.text == "before\nThing(42)\nThing(42)"
+
+
+@pytest.mark.timeout(120)
+async def test_many_executions_lose_no_output(executor: CodeExecutor) -> None:
+    for i in range(1000):
+        result = await executor.execute(f"print({i})")
+        assert result.text == str(i), f"execution {i} returned {result.text!r}"
+
+
+# --- streaming -----------------------------------------------------------------------------------
+
+CHUNKED_CODE = "from time import sleep\nprint('chunk 1')\nsleep(0.5)\nprint('chunk 2')"
+
+
+async def test_stream_chunks_arrive_before_result(executor: CodeExecutor) -> None:
+    loop = asyncio.get_running_loop()
+    items: list[tuple[float, object]] = []
+    async for item in executor.stream(CHUNKED_CODE, chunks=True):
+        items.append((loop.time(), item))
+
+    *chunk_items, (_, result) = items
+    assert isinstance(result, CodeExecutionResult)
+    assert result.text == "chunk 1\nchunk 2"
+    assert chunk_items, "no chunks were yielded"
+    assert all(isinstance(item, CodeExecutionChunk) for _, item in chunk_items)
+    chunks = [item for _, item in chunk_items if isinstance(item, CodeExecutionChunk)]
+    assert "".join(c.text for c in chunks) == "chunk 1\nchunk 2\n"
+    assert {c.text.strip() for c in chunks} == {"chunk 1", "chunk 2"}
+    # The first chunk is delivered while the cell is still sleeping, not batched at the end.
+    first_at = next(t for t, item in chunk_items if "chunk 1" in item.text)  # type: ignore[attr-defined]
+    second_at = next(t for t, item in chunk_items if "chunk 2" in item.text)  # type: ignore[attr-defined]
+    assert second_at - first_at >= 0.3
+
+
+async def test_stream_without_chunks_yields_only_result(executor: CodeExecutor) -> None:
+    items = [item async for item in executor.stream(CHUNKED_CODE)]
+    assert len(items) == 1
+    assert isinstance(items[0], CodeExecutionResult)
+    assert items[0].text == "chunk 1\nchunk 2"
+
+
+# --- images --------------------------------------------------------------------------------------
+
+
+async def test_matplotlib_plot_is_saved_as_png(tmp_path: Path) -> None:
+    images_dir = tmp_path / "plots"
+    async with CodeExecutor(images_dir=images_dir, working_dir=tmp_path, spare_kernel=False) as executor:
+        code = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()"
+        result = await executor.execute(code, timeout=60)
+    assert len(result.images) == 1
+    image = result.images[0]
+    assert image.exists()
+    assert image.suffix == ".png"
+    assert image.parent == images_dir
+    assert image.read_bytes().startswith(PNG_MAGIC)
+    assert list(images_dir.iterdir()) == [image]
+
+
+async def test_default_images_dir_is_working_dir_images(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with CodeExecutor(spare_kernel=False) as executor:
+        assert executor.images_dir == tmp_path.resolve() / "images"
+        result = await executor.execute(f"from IPython.display import Image, display\ndisplay(Image({_png()!r}))")
+    assert len(result.images) == 1
+    assert result.images[0].parent == tmp_path.resolve() / "images"
+    assert result.images[0].exists()
+
+
+async def test_displayed_image_bytes_are_saved_unchanged(executor: CodeExecutor, tmp_path: Path) -> None:
+    png = _png(5, 4)
+    code = f"from IPython.display import Image, display\nprint('an image:')\ndisplay(Image({png!r}))"
+    result = await executor.execute(code)
+    assert result.text == "an image:"
+    assert len(result.images) == 1
+    assert result.images[0].parent == tmp_path.resolve() / "images"
+    assert result.images[0].read_bytes() == png
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+async def test_runtime_error_raises_code_execution_error(executor: CodeExecutor) -> None:
+    with pytest.raises(CodeExecutionError) as info:
+        await executor.execute("print('before')\n1/0")
+    message = str(info.value)
+    assert "ZeroDivisionError" in message
+    assert "division by zero" in message
+    assert "\x1b" not in message
+    assert info.value.output == "before"
+
+
+async def test_syntax_error_raises_code_execution_error(executor: CodeExecutor) -> None:
+    with pytest.raises(CodeExecutionError) as info:
+        await executor.execute("def f(:\n    pass")
+    assert "SyntaxError" in str(info.value)
+    assert "\x1b" not in str(info.value)
+    # The executor stays usable.
+    assert (await executor.execute("print('ok')")).text == "ok"
+
+
+# --- environment and working directory -----------------------------------------------------------
+
+
+async def test_parent_environment_is_not_inherited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IPYBOX_TEST_SECRET", "s3cr3t-value")
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
+        result = await executor.execute(
+            "import os\n"
+            "print(os.environ.get('IPYBOX_TEST_SECRET'))\n"
+            "print(any('s3cr3t-value' in v for v in os.environ.values()))"
+        )
+    assert result.text == "None\nFalse"
+
+
+async def test_kernel_env_is_visible(tmp_path: Path) -> None:
+    async with CodeExecutor(kernel_env={"TEST_VAR": "x"}, working_dir=tmp_path, spare_kernel=False) as executor:
+        result = await executor.execute("import os; print(os.environ['TEST_VAR'])")
+    assert result.text == "x"
+
+
+async def test_kernel_cwd_defaults_to_parent_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with CodeExecutor(spare_kernel=False) as executor:
+        assert executor.working_dir == tmp_path.resolve()
+        result = await executor.execute("import os; print(os.getcwd())")
+    assert result.text == os.getcwd()
+
+
+async def test_kernel_cwd_is_working_dir(executor: CodeExecutor, tmp_path: Path) -> None:
+    result = await executor.execute("import os; print(os.getcwd())")
+    assert result.text == str(tmp_path.resolve())
+    assert str(tmp_path) != os.getcwd()
+
+
+# --- timeouts ------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+async def test_timeout_interrupts_sleep_and_keeps_state(executor: CodeExecutor) -> None:
+    await executor.execute("kept = 'still here'")
+    pid = executor._kernels.kernel.pid  # type: ignore[union-attr]
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await executor.execute("import time\ntime.sleep(30)", timeout=1)
+    assert time.monotonic() - started < 4
+    assert (await executor.execute("print(kept)")).text == "still here"
+    assert executor._kernels.kernel.pid == pid  # type: ignore[union-attr]
+
+
+@pytest.mark.timeout(60)
+async def test_timeout_interrupts_busy_loop(executor: CodeExecutor) -> None:
+    await executor.execute("kept = 7")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await executor.execute("while True:\n    pass", timeout=1)
+    assert time.monotonic() - started < 4
+    assert (await executor.execute("print(kept * 6)")).text == "42"
+
+
+# --- kernel death --------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("import os; os._exit(3)", "exited with code 3"),
+        ("import ctypes; ctypes.string_at(0)", "SIGSEGV"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "SIGKILL"),
+    ],
+    ids=["exit", "segfault", "sigkill"],
+)
+async def test_kernel_death_reports_cause_and_recovers(executor: CodeExecutor, code: str, expected: str) -> None:
+    await executor.execute("marker = 1")
+    old_pid = executor._kernels.kernel.pid  # type: ignore[union-attr]
+    with pytest.raises(CodeExecutionError) as info:
+        await executor.execute(f"print('dying', flush=True)\n{code}")
+    message = str(info.value)
+    assert expected in message
+    assert "kernel" in message.lower()
+    assert "fresh kernel" in message
+    assert not _pid_alive(old_pid)  # type: ignore[arg-type]
+
+    # The next execution runs on a fresh kernel: it works, and the old state is gone.
+    assert (await executor.execute("print('alive')")).text == "alive"
+    assert executor._kernels.kernel.pid != old_pid  # type: ignore[union-attr]
+    with pytest.raises(CodeExecutionError, match="NameError"):
+        await executor.execute("marker")
+
+
+# --- reset ---------------------------------------------------------------------------------------
+
+
+async def _check_reset(executor: CodeExecutor) -> None:
+    await executor.execute(
+        "import pathlib\n"
+        "pathlib.Path('data.txt').write_text('kept')\n"
+        "pathlib.Path('mymod.py').write_text('VALUE = 42')\n"
+        "import mymod\n"
+        "x = 42"
+    )
+    assert (await executor.execute("print(x, mymod.VALUE)")).text == "42 42"
+    await executor.reset()
+    with pytest.raises(CodeExecutionError, match="NameError"):
+        await executor.execute("print(x)")
+    with pytest.raises(CodeExecutionError, match="NameError"):
+        await executor.execute("mymod")
+    result = await executor.execute("print(open('data.txt').read())\nimport mymod\nprint(mymod.VALUE)")
+    assert result.text == "kept\n42"
+
+
+async def test_reset_clears_namespace_and_keeps_files(executor: CodeExecutor) -> None:
+    old_pid = executor._kernels.kernel.pid  # type: ignore[union-attr]
+    await _check_reset(executor)
+    assert executor._kernels.kernel.pid != old_pid  # type: ignore[union-attr]
+
+
+async def test_reset_without_spare_kernel(tmp_path: Path) -> None:
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
+        await _check_reset(executor)
+        await _check_reset(executor)
+
+
+# --- concurrency ---------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+async def test_concurrent_executors_are_independent(tmp_path: Path) -> None:
+    async def work(index: int) -> list[str | None]:
+        seen: list[str | None] = []
+        async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
+            for i in range(40):
+                await executor.execute(f"x = {index * 1000 + i}")
+                await asyncio.sleep(0)
+                seen.append((await executor.execute("print(x)")).text)
+        return seen
+
+    results = await asyncio.gather(*(work(index) for index in range(3)))
+    for index, seen in enumerate(results):
+        assert seen == [str(index * 1000 + i) for i in range(40)]
+
+
+# --- lifecycle and cleanup -----------------------------------------------------------------------
+
+
+async def test_execute_before_start_raises() -> None:
+    executor = CodeExecutor()
+    with pytest.raises(RuntimeError, match="not started"):
+        await executor.execute("print(1)")
+    with pytest.raises(RuntimeError, match="not started"):
+        async for _ in executor.stream("print(1)"):
+            pass
+    with pytest.raises(RuntimeError, match="not started"):
+        await executor.reset()
+
+
+async def test_stop_removes_processes_and_runtime_dir(tmp_path: Path) -> None:
+    before = _children()
+    async with CodeExecutor(working_dir=tmp_path) as executor:
+        runtime_dir = executor._runtime_dir
+        assert runtime_dir is not None and runtime_dir.is_dir()
+        await executor._kernels.spare_ready()  # type: ignore[union-attr]
+        assert len(_children() - before) >= 2  # the kernel and its warm spare
+        await executor.execute("print(1)")
+    assert await _eventually(lambda: _children() <= before), _children() - before
+    assert not runtime_dir.exists()
+
+
+async def test_stop_after_exception_in_body(tmp_path: Path) -> None:
+    before = _children()
+    runtime_dir: Path | None = None
+    with pytest.raises(ValueError, match="boom"):
+        async with CodeExecutor(working_dir=tmp_path) as executor:
+            runtime_dir = executor._runtime_dir
+            await executor.execute("x = 1")
+            assert _children() - before
+            raise ValueError("boom")
+    assert await _eventually(lambda: _children() <= before), _children() - before
+    assert runtime_dir is not None and not runtime_dir.exists()
+
+
+@pytest.mark.timeout(60)
+async def test_stop_after_cancel_during_execution(tmp_path: Path) -> None:
+    before = _children()
+    running = asyncio.Event()
+    runtime_dirs: list[Path | None] = []
+
+    async def run() -> None:
+        async with CodeExecutor(working_dir=tmp_path) as executor:
+            runtime_dirs.append(executor._runtime_dir)
+            async for _ in executor.stream("print('sleeping', flush=True)\nimport time\ntime.sleep(30)", chunks=True):
+                running.set()
+
+    task = asyncio.create_task(run())
+    await asyncio.wait_for(running.wait(), 30)
+    assert _children() - before
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < 5
+    assert await _eventually(lambda: _children() <= before), _children() - before
+    assert runtime_dirs[0] is not None and not runtime_dirs[0].exists()
+
+
+async def test_stop_kills_background_processes(tmp_path: Path) -> None:
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
+        result = await executor.execute("import subprocess\np = subprocess.Popen(['sleep', '300'])\nprint(p.pid)")
+        assert result.text is not None
+        pid = int(result.text)
+        assert _pid_alive(pid)
+    assert await _eventually(lambda: not _pid_alive(pid))
