@@ -443,3 +443,15 @@ async def test_stop_kills_background_processes(tmp_path: Path) -> None:
         pid = int(result.text)
         assert _pid_alive(pid)
     assert await _eventually(lambda: not _pid_alive(pid))
+
+
+@pytest.mark.timeout(60)
+async def test_abandoned_stream_interrupts_cell_and_frees_executor(executor: CodeExecutor) -> None:
+    await executor.execute("kept = 'yes'")
+    async for item in executor.stream("print('started', flush=True)\nimport time\ntime.sleep(30)", chunks=True):
+        assert isinstance(item, CodeExecutionChunk)
+        break
+    started = time.monotonic()
+    result = await executor.execute("print(kept)", timeout=10)
+    assert result.text == "yes"
+    assert time.monotonic() - started < 5

@@ -178,7 +178,14 @@ class Kernel:
         """Await `aw`, but raise `KernelDied` as soon as the kernel process exits."""
         assert self._exited is not None
         task = asyncio.ensure_future(aw)
-        done, _ = await asyncio.wait({task, self._exited}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait(
+                {task, self._exited}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        except BaseException:
+            # Cancelled: a reader left running would consume the next request's messages.
+            task.cancel()
+            raise
         if task in done:
             return task.result()
         task.cancel()

@@ -26,6 +26,10 @@ from ipybox.tool_exec.client import ToolRunner
 from . import SERVER_NAME, SERVER_PARAMS
 
 TOOL_NAME = {tool_name}
+
+# Fields accept their Python names and the tool's own (aliased) names; the wire uses the latter.
+_CLOSED = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, extra="forbid")
+_OPEN = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, extra="allow")
 """
 
 _RUN_TYPED = '''
@@ -55,6 +59,10 @@ SERVER_PARAMS = {params_literal}
 '''
 
 
+#: Module-level names of a generated tool module that generated classes must not take.
+_MODULE_NAMES = {"Params", "Result", "run", "TOOL_NAME", "SERVER_NAME", "SERVER_PARAMS", "ToolRunner", "_CLOSED", "_OPEN"}
+
+
 class ToolGenerationError(Exception):
     """The code for a tool could not be generated; the message names the tool."""
 
@@ -82,7 +90,7 @@ def tool_module_source(tool: ToolSpec) -> str:
 def _tool_module_source(tool: ToolSpec) -> str:
     description = (tool.description or "").strip() or f"Call the MCP tool {tool.name!r}."
     parts = [docstring(description), "", _HEADER.format(tool_name=py_literal(tool.name))]
-    params = ModelWriter(tool.input_schema, reserved={"Params", "Result", "run"})
+    params = ModelWriter(tool.input_schema, reserved=_MODULE_NAMES)
     input_schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
     has_properties = bool(input_schema.get("properties"))
     extra = "forbid" if has_properties and input_schema.get("additionalProperties") is not True else "allow"
@@ -91,7 +99,7 @@ def _tool_module_source(tool: ToolSpec) -> str:
 
     output = tool.output_schema
     if isinstance(output, dict) and output:
-        result = ModelWriter(output, reserved={"Params", "Result", "run", *params.names})
+        result = ModelWriter(output, reserved=_MODULE_NAMES | params.names)
         if output.get("type") == "object" or "properties" in output:
             result.model("Result", output, extra="allow", doc="Structured result of the tool.")
             parts.append(result.source)
@@ -103,7 +111,7 @@ def _tool_module_source(tool: ToolSpec) -> str:
     else:
         run_template = _RUN_TEXT
     parts.append(run_template.format(doc=docstring(description, "    ")))
-    return "\n\n".join(p for p in parts if p).rstrip() + "\n"
+    return "\n\n\n".join(p.strip("\n") for p in parts if p) + "\n"
 
 
 def _init_source(server_name: str, server_params: dict[str, Any]) -> str:

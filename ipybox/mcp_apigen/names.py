@@ -47,6 +47,9 @@ class UniqueNames:
     def __init__(self, taken: set[str] | frozenset[str] = frozenset()) -> None:
         self._taken = {t.lower() for t in taken}
 
+    def available(self, name: str) -> bool:
+        return name.lower() not in self._taken
+
     def claim(self, name: str) -> str:
         candidate, n = name, 1
         while candidate.lower() in self._taken:

@@ -193,14 +193,13 @@ class ModelWriter:
         if isinstance(description, str) and description.strip():
             lines.append(docstring(description, "    "))
             lines.append("")
-        lines.append(
-            f"    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, "
-            f"serialize_by_alias=True, protected_namespaces=(), extra={extra!r})"
-        )
+        lines.append(f"    model_config = {'_CLOSED' if extra == 'forbid' else '_OPEN'}")
         fields = UniqueNames(MODEL_RESERVED | _ANNOTATION_NAMES | {name})
         for prop, prop_schema in (properties or {}).items():
             field = fields.claim(_field_name(str(prop)))
-            hint = f"{name}{class_name(field)}"
+            hint = class_name(field)
+            if not self._class_names.available(hint):
+                hint = f"{name}{hint}"
             annotation = self.annotation(prop_schema, hint)
             forward = any(re.search(rf"\b{p}\b", annotation) for p in self._pending)
             lines.append(self._field(field, str(prop), annotation, prop_schema, prop in required, forward))

@@ -433,7 +433,7 @@ INJECTION = (
 DESC_QUOTES = "Has \"\"\"triple double\"\"\" and '''triple single''' quotes, a lone \" and a lone ' too."
 DESC_BACKSLASHES = (
     "Backslashes: C:\\path\\to\\file, literal \\n and \\t (not escapes), \\x41, \\u0041, \\N{BULLET}, "
-    "\\\" and a real\nnewline. Ends with a backslash \\"
+    '\\" and a real\nnewline. Ends with a backslash \\'
 )
 DESC_FORMAT = "Braces {braces} {0} {{double}} {} and printf %s %d %(name)s %%; f-string {__import__('os')}"
 DESC_UNICODE = "Ünïcödé — em dash, emoji 🚀, CJK 漢字, RTL שלום, combining e\u0301, zero-width\u200bspace."
@@ -679,7 +679,9 @@ async def list_tools(
     return types.ListToolsResult(tools=page, next_cursor=f"page:{end}" if end < len(TOOLS) else None)
 
 
-async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+async def call_tool(
+    ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+) -> types.CallToolResult:
     spec = TOOLS_BY_NAME.get(params.name)
     if spec is None:
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name!r}")
