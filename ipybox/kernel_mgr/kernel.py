@@ -210,7 +210,9 @@ class Kernel:
         seconds, the kernel is killed and `KernelDied` raised instead.
         """
         client = self._require_client()
-        msg_id = client.execute(code, silent=False, store_history=False, allow_stdin=False)
+        # stop_on_error=False: an interrupted (e.g. abandoned) cell must not make the kernel
+        # abort the request queued behind it.
+        msg_id = client.execute(code, silent=False, store_history=False, allow_stdin=False, stop_on_error=False)
         collector = OutputCollector(on_event)
         loop = asyncio.get_running_loop()
         try:
@@ -224,10 +226,13 @@ class Kernel:
             client.control_channel.send(client.session.msg("interrupt_request", {}))
             raise
         content = reply["content"]
+        status = content.get("status", "error")
         error = collector.error
-        if content.get("status") == "error" and error is None:
+        if status == "error" and error is None:
             error = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
-        return KernelReply(status=content.get("status", "error"), error=error, events=collector.events)
+        elif status != "ok" and error is None:  # "aborted": the code did not run
+            error = f"The kernel did not run the code (status: {status})."
+        return KernelReply(status=status, error=error, events=collector.events)
 
     async def _drain_iopub(self, client: AsyncKernelClient, msg_id: str, collector: OutputCollector) -> None:
         while True:

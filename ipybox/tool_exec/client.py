@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -142,6 +143,7 @@ class ToolRunner:
             "tool_name": tool_name,
             "tool_args": tool_args,
         }
+        _flush_pending_output()  # so output printed before the call is shown before its approval
         try:
             line = self._exchange(json.dumps(request).encode() + b"\n")
         except OSError as e:
@@ -170,6 +172,12 @@ def _unwrap(encoded: dict[str, Any]) -> dict[str, Any] | str | None:
     if structured is not None:
         return structured  # type: ignore[no-any-return]
     return ToolOutput(encoded)
+
+
+def _flush_pending_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "_flush_pending", False):  # ipykernel's OutStream has unsent output
+            stream.flush()
 
 
 def _read_line(sock: socket.socket) -> bytes:
