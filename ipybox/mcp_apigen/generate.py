@@ -28,8 +28,12 @@ from . import SERVER_NAME, SERVER_PARAMS
 TOOL_NAME = {tool_name}
 
 # Fields accept their Python names and the tool's own (aliased) names; the wire uses the latter.
-_CLOSED = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, extra="forbid")
-_OPEN = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, extra="allow")
+_CLOSED = ConfigDict(
+    validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, protected_namespaces=(), extra="forbid"
+)
+_OPEN = ConfigDict(
+    validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, protected_namespaces=(), extra="allow"
+)
 """
 
 _RUN_TYPED = '''

@@ -42,18 +42,22 @@ def class_name(name: str) -> str:
 
 
 class UniqueNames:
-    """Hands out names that differ from every name handed out before (case-insensitively)."""
+    """Hands out names that differ from every name handed out before.
 
-    def __init__(self, taken: set[str] | frozenset[str] = frozenset()) -> None:
-        self._taken = {t.lower() for t in taken}
+    Case-insensitive by default, since module files must not collide on macOS or Windows.
+    """
+
+    def __init__(self, taken: set[str] | frozenset[str] = frozenset(), ignore_case: bool = True) -> None:
+        self._fold = str.lower if ignore_case else str
+        self._taken = {self._fold(t) for t in taken}
 
     def available(self, name: str) -> bool:
-        return name.lower() not in self._taken
+        return self._fold(name) not in self._taken
 
     def claim(self, name: str) -> str:
         candidate, n = name, 1
-        while candidate.lower() in self._taken:
+        while not self.available(candidate):
             n += 1
             candidate = f"{name}_{n}"
-        self._taken.add(candidate.lower())
+        self._taken.add(self._fold(candidate))
         return candidate

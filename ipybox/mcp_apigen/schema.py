@@ -194,7 +194,7 @@ class ModelWriter:
             lines.append(docstring(description, "    "))
             lines.append("")
         lines.append(f"    model_config = {'_CLOSED' if extra == 'forbid' else '_OPEN'}")
-        fields = UniqueNames(MODEL_RESERVED | _ANNOTATION_NAMES | {name})
+        fields = UniqueNames(MODEL_RESERVED | _ANNOTATION_NAMES | {name}, ignore_case=False)
         for prop, prop_schema in (properties or {}).items():
             field = fields.claim(_field_name(str(prop)))
             hint = class_name(field)

@@ -1,0 +1,358 @@
+"""`Kernel`, `KernelSupervisor` and output collection, against real ipykernel processes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from ipybox.kernel_mgr.kernel import Kernel, KernelDied, describe_exit, kernel_environment
+from ipybox.kernel_mgr.output import KernelEvent, OutputCollector, strip_ansi
+from ipybox.kernel_mgr.supervisor import KernelSupervisor
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def _eventually(predicate: Callable[[], bool], timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def _deadline(seconds: float = 30) -> float:
+    return asyncio.get_running_loop().time() + seconds
+
+
+async def _run(kernel: Kernel, code: str, seconds: float = 30) -> tuple[str, list[KernelEvent]]:
+    """Execute `code`; return its concatenated text output and the events passed to the callback."""
+    seen: list[KernelEvent] = []
+    reply = await kernel.execute(code, seen.append, _deadline(seconds))
+    assert reply.status == "ok", reply.error
+    assert reply.events == seen
+    return "".join(e.text for e in seen), seen
+
+
+@pytest.fixture
+def runtime_dir(tmp_path: Path) -> Path:
+    return tmp_path / "runtime"
+
+
+@pytest.fixture
+async def kernel(runtime_dir: Path, tmp_path: Path) -> AsyncIterator[Kernel]:
+    kernel = Kernel(runtime_dir, tmp_path, kernel_environment({}))
+    await kernel.start()
+    try:
+        yield kernel
+    finally:
+        await kernel.stop()
+
+
+# --- pure helpers --------------------------------------------------------------------------------
+
+
+def test_describe_exit() -> None:
+    assert describe_exit(None) == "The kernel stopped responding."
+    assert describe_exit(3) == "The kernel process exited with code 3."
+    assert describe_exit(-signal.SIGSEGV).startswith("The kernel died from SIGSEGV (a segmentation fault")
+    assert describe_exit(-signal.SIGKILL).startswith("The kernel died from SIGKILL (killed")
+    assert describe_exit(-signal.SIGTERM) == "The kernel died from SIGTERM."
+    assert describe_exit(-1000) == "The kernel died from signal 1000."
+    assert str(KernelDied(-signal.SIGABRT)).startswith("The kernel died from SIGABRT")
+
+
+def test_kernel_environment_keeps_only_essentials_and_extras(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IPYBOX_TEST_SECRET", "secret")
+    monkeypatch.setenv("HOME", "/home/test")
+    env = kernel_environment({"TEST_VAR": "x", "HOME": "/override"})
+    assert "IPYBOX_TEST_SECRET" not in env
+    assert env["TEST_VAR"] == "x"
+    assert env["HOME"] == "/override"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["PATH"] == os.environ["PATH"]
+
+
+def test_strip_ansi() -> None:
+    assert strip_ansi("\x1b[31mred\x1b[0m \x1b[1;32mbold\x1b[39;49m\x1b]0;title\x07!") == "red bold!"
+
+
+def test_output_collector_orders_events_and_decodes_images() -> None:
+    seen: list[KernelEvent] = []
+    collector = OutputCollector(seen.append)
+
+    def msg(msg_type: str, content: dict[str, Any]) -> dict[str, Any]:
+        return {"msg_type": msg_type, "content": content}
+
+    collector.add(msg("stream", {"name": "stdout", "text": "\x1b[32mout\x1b[0m\n"}))
+    collector.add(msg("display_data", {"data": {"image/png": base64.b64encode(b"png").decode(), "text/plain": "x"}}))
+    collector.add(msg("execute_result", {"data": {"text/plain": "42", "text/html": "<b>42</b>"}}))
+    collector.add(msg("status", {"execution_state": "busy"}))
+    assert collector.error is None
+    collector.add(msg("error", {"ename": "E", "evalue": "v", "traceback": ["\x1b[31mTrace\x1b[0m", "E: v"]}))
+
+    assert seen == [
+        KernelEvent("stream", text="out\n"),
+        KernelEvent("image", data=b"png"),
+        KernelEvent("text", text="42\n"),
+    ]
+    assert collector.events == seen
+    assert collector.error == "Trace\nE: v"
+
+
+def test_output_collector_error_without_traceback() -> None:
+    collector = OutputCollector(lambda _: None)
+    collector.add({"msg_type": "error", "content": {"ename": "ValueError", "evalue": "bad", "traceback": []}})
+    assert collector.error == "ValueError: bad"
+
+
+# --- Kernel --------------------------------------------------------------------------------------
+
+
+async def test_kernel_runs_in_own_session_with_cwd_and_env(runtime_dir: Path, tmp_path: Path) -> None:
+    kernel = Kernel(runtime_dir, tmp_path, kernel_environment({"TEST_VAR": "x"}))
+    await kernel.start()
+    try:
+        assert kernel.alive and kernel.pid is not None
+        assert os.getsid(kernel.pid) == kernel.pid  # its own session and process group
+        text, _ = await _run(kernel, "import os\nprint(os.getcwd())\nprint(os.environ['TEST_VAR'])")
+        assert text == f"{tmp_path.resolve()}\nx\n"
+        # The connection file and the ipc sockets live in the runtime dir.
+        assert any(runtime_dir.glob("*.json"))
+        assert len(list(runtime_dir.iterdir())) >= 2
+    finally:
+        await kernel.stop()
+    assert not kernel.alive
+    assert list(runtime_dir.iterdir()) == []
+
+
+async def test_kernel_execute_reports_events_in_order(kernel: Kernel) -> None:
+    code = (
+        "import sys\n"
+        "from IPython.display import display\n"
+        "print('one', flush=True)\n"
+        "sys.stderr.write('two\\n'); sys.stderr.flush()\n"
+        "display({'three': 3})\n"
+        "print('four', flush=True)\n"
+        "5"
+    )
+    _, events = await _run(kernel, code)
+    assert [(e.kind, e.text) for e in events] == [
+        ("stream", "one\n"),
+        ("stream", "two\n"),
+        ("text", "{'three': 3}\n"),
+        ("stream", "four\n"),
+        ("text", "5\n"),
+    ]
+
+
+async def test_kernel_execute_reports_errors(kernel: Kernel) -> None:
+    reply = await kernel.execute("raise ValueError('nope')", lambda _: None, _deadline())
+    assert reply.status == "error"
+    assert reply.error is not None
+    assert "ValueError: nope" in reply.error
+    assert "\x1b" not in reply.error
+
+
+async def test_kernel_events_are_delivered_while_running(kernel: Kernel) -> None:
+    loop = asyncio.get_running_loop()
+    times: list[float] = []
+    await kernel.execute(
+        "import time\nprint('a', flush=True)\ntime.sleep(0.5)\nprint('b', flush=True)",
+        lambda _: times.append(loop.time()),
+        _deadline(),
+    )
+    assert len(times) == 2
+    assert times[1] - times[0] >= 0.3
+
+
+@pytest.mark.timeout(60)
+async def test_kernel_timeout_interrupts_and_keeps_state(kernel: Kernel) -> None:
+    await _run(kernel, "x = 5")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await kernel.execute("import time\ntime.sleep(30)", lambda _: None, _deadline(0.5))
+    assert time.monotonic() - started < 3
+    assert kernel.alive
+    assert (await _run(kernel, "print(x)"))[0] == "5\n"
+
+
+@pytest.mark.timeout(60)
+async def test_kernel_ignoring_interrupt_is_killed(kernel: Kernel) -> None:
+    pid = kernel.pid
+    assert pid is not None
+    code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
+    started = time.monotonic()
+    with pytest.raises(KernelDied) as info:
+        await kernel.execute(code, lambda _: None, _deadline(0.5), interrupt_grace=1)
+    assert time.monotonic() - started < 5
+    assert info.value.returncode is None
+    assert "stopped responding" in str(info.value)
+    assert not kernel.alive
+    assert await _eventually(lambda: not _pid_alive(pid))
+
+
+@pytest.mark.timeout(60)
+async def test_kernel_death_raises_kernel_died(kernel: Kernel) -> None:
+    with pytest.raises(KernelDied) as info:
+        await kernel.execute("import os\nos._exit(7)", lambda _: None, _deadline())
+    assert info.value.returncode == 7
+    assert not kernel.alive
+    with pytest.raises(KernelDied):
+        await kernel.execute("1", lambda _: None, _deadline())
+
+
+@pytest.mark.timeout(60)
+async def test_cancelled_execute_interrupts_cell_and_next_output_is_not_lost(kernel: Kernel) -> None:
+    started = asyncio.Event()
+    task = asyncio.create_task(
+        kernel.execute(
+            "import time\nprint('started', flush=True)\ntime.sleep(30)",
+            lambda _: started.set(),
+            _deadline(),
+        )
+    )
+    await asyncio.wait_for(started.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Sent right away, while the cancelled cell may still be being interrupted.
+    begin = time.monotonic()
+    text, _ = await _run(kernel, "print('next')", seconds=10)
+    assert text == "next\n"
+    assert time.monotonic() - begin < 5
+
+
+@pytest.mark.timeout(60)
+async def test_kernel_stop_kills_process_group(kernel: Kernel) -> None:
+    text, _ = await _run(kernel, "import subprocess\nprint(subprocess.Popen(['sleep', '300']).pid)")
+    child = int(text)
+    assert _pid_alive(child)
+    await kernel.stop()
+    assert not kernel.alive
+    assert await _eventually(lambda: not _pid_alive(child))
+
+
+async def test_kernel_start_failure_is_reported(runtime_dir: Path, tmp_path: Path) -> None:
+    kernel = Kernel(runtime_dir, tmp_path, kernel_environment({}), command_prefix=["false"])
+    with pytest.raises(RuntimeError, match="failed to start"):
+        await kernel.start(timeout=10)
+    assert not kernel.alive
+    assert list(runtime_dir.iterdir()) == []
+
+
+@pytest.mark.timeout(60)
+async def test_orphaned_kernel_exits_when_parent_dies(tmp_path: Path) -> None:
+    """A kernel whose host process dies without cleaning up shuts itself down."""
+    script = (
+        "import asyncio, os, sys\n"
+        "from pathlib import Path\n"
+        "from ipybox.kernel_mgr.kernel import Kernel, kernel_environment\n"
+        "async def main():\n"
+        "    kernel = Kernel(Path(sys.argv[1]), Path(sys.argv[1]), kernel_environment({}))\n"
+        "    await kernel.start()\n"
+        "    print(kernel.pid, flush=True)\n"
+        "    os._exit(0)\n"
+        "asyncio.run(main())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    pid = int(result.stdout)
+    assert await _eventually(lambda: not _pid_alive(pid), timeout=10)
+
+
+# --- KernelSupervisor ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def supervisor(runtime_dir: Path, tmp_path: Path) -> AsyncIterator[KernelSupervisor]:
+    supervisor = KernelSupervisor(runtime_dir, tmp_path, kernel_environment({}))
+    await supervisor.start()
+    try:
+        yield supervisor
+    finally:
+        await supervisor.stop()
+
+
+def _spare_pid(supervisor: KernelSupervisor) -> int | None:
+    spare = supervisor._spare
+    assert spare is not None and spare.done()
+    return spare.result().pid
+
+
+async def test_supervisor_replace_swaps_in_warm_spare(supervisor: KernelSupervisor) -> None:
+    first = supervisor.kernel
+    first_pid = first.pid
+    assert first_pid is not None
+    await supervisor.spare_ready()
+    spare_pid = _spare_pid(supervisor)
+    assert spare_pid != first_pid
+
+    started = time.monotonic()
+    await supervisor.replace()
+    assert time.monotonic() - started < 0.5
+    assert supervisor.kernel.pid == spare_pid
+    assert await _eventually(lambda: not _pid_alive(first_pid))
+    # A new spare is on its way.
+    await supervisor.spare_ready()
+    assert _spare_pid(supervisor) not in (first_pid, spare_pid)
+
+
+async def test_supervisor_recovers_from_kernel_death(supervisor: KernelSupervisor) -> None:
+    old = supervisor.kernel
+    with pytest.raises(KernelDied) as info:
+        await supervisor.execute("import os\nos._exit(2)", lambda _: None, _deadline())
+    assert info.value.returncode == 2
+    assert supervisor.kernel is not old
+    seen: list[KernelEvent] = []
+    reply = await supervisor.execute("print('ok')", seen.append, _deadline())
+    assert reply.status == "ok"
+    assert seen == [KernelEvent("stream", text="ok\n")]
+
+
+async def test_supervisor_without_spare(runtime_dir: Path, tmp_path: Path) -> None:
+    supervisor = KernelSupervisor(runtime_dir, tmp_path, kernel_environment({}), spare=False)
+    await supervisor.start()
+    try:
+        assert supervisor._spare is None
+        old_pid = supervisor.kernel.pid
+        await supervisor.replace()
+        assert supervisor._spare is None
+        assert supervisor.kernel.alive
+        assert supervisor.kernel.pid != old_pid
+    finally:
+        await supervisor.stop()
+
+
+async def test_supervisor_stop_stops_all_kernels(runtime_dir: Path, tmp_path: Path) -> None:
+    supervisor = KernelSupervisor(runtime_dir, tmp_path, kernel_environment({}))
+    await supervisor.start()
+    pids = {supervisor.kernel.pid}
+    await supervisor.spare_ready()
+    pids.add(_spare_pid(supervisor))
+    await supervisor.replace()  # retires the first kernel in the background
+    pids.add(supervisor.kernel.pid)
+    await supervisor.stop()  # stops the current kernel, the new spare (maybe still starting), the retired one
+    assert None not in pids and len(pids) == 2
+    assert await _eventually(lambda: not any(_pid_alive(pid) for pid in pids if pid is not None))
+    assert await _eventually(lambda: not any(_pid_alive(p.pid) for p in psutil.Process().children(recursive=True)))
+    assert list(runtime_dir.iterdir()) == []
+    with pytest.raises(RuntimeError, match="not started"):
+        supervisor.kernel  # noqa: B018
