@@ -31,7 +31,19 @@ _EXPORTS = {
     "ToolServer": "ipybox.tool_exec.server",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ApprovalChannel",
+    "ApprovalClient",
+    "ApprovalRequest",
+    "CodeExecutionChunk",
+    "CodeExecutionError",
+    "CodeExecutionResult",
+    "CodeExecutor",
+    "ToolRunner",
+    "ToolRunnerError",
+    "ToolServer",
+    "generate_mcp_sources",
+]
 
 
 def __getattr__(name: str) -> Any:

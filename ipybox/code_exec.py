@@ -16,6 +16,7 @@ from typing import Any
 from ipybox.kernel_mgr.kernel import KernelDied, kernel_environment
 from ipybox.kernel_mgr.output import KernelEvent
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
+from ipybox.sandbox import load_config, sandbox_command
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.client import ENDPOINT_VAR
 from ipybox.tool_exec.server import ToolServer
@@ -109,7 +110,9 @@ class CodeExecutor:
     @property
     def tool_server(self) -> ToolServer:
         if self._tool_server is None:
-            raise RuntimeError("The executor is not started: use `async with CodeExecutor()` or call start().")
+            raise RuntimeError(
+                "The executor is not started: use `async with CodeExecutor()` or call start()."
+            )
         return self._tool_server
 
     async def start(self) -> None:
@@ -123,12 +126,16 @@ class CodeExecutor:
             raise
 
     async def _start(self) -> None:
+        if self._sandbox:  # fail on a missing tool or a bad config before anything starts
+            load_config(self._sandbox_config)
+        self._runtime_dir = Path(tempfile.mkdtemp(prefix="ipybox-"))
+        kernels_dir = self._runtime_dir / "kernels"  # the only part of it a sandboxed kernel may write
+        kernels_dir.mkdir()
         command_prefix: list[str] = []
         if self._sandbox:
-            from ipybox.sandbox import sandbox_command
-
-            command_prefix = sandbox_command(self._sandbox_config, self.working_dir)
-        self._runtime_dir = Path(tempfile.mkdtemp(prefix="ipybox-"))
+            command_prefix = sandbox_command(
+                self._sandbox_config, self._runtime_dir / "sandbox.json", kernels_dir
+            )
         socket_path = self._runtime_dir / "tools.sock"
         self._tool_server = ToolServer(
             host=self._tool_server_host,
@@ -141,7 +148,7 @@ class CodeExecutor:
         await self._tool_server.start()
         env = kernel_environment(self._kernel_env) | {ENDPOINT_VAR: str(socket_path)}
         self._kernels = KernelSupervisor(
-            self._runtime_dir,
+            kernels_dir,
             self.working_dir,
             env,
             command_prefix=command_prefix,
@@ -236,7 +243,9 @@ class CodeExecutor:
 
     def _require_kernels(self) -> KernelSupervisor:
         if self._kernels is None:
-            raise RuntimeError("The executor is not started: use `async with CodeExecutor()` or call start().")
+            raise RuntimeError(
+                "The executor is not started: use `async with CodeExecutor()` or call start()."
+            )
         return self._kernels
 
     def _save_images(self, events: list[KernelEvent]) -> list[Path]:

@@ -72,7 +72,9 @@ def transport_of(params: Mapping[str, Any]) -> str:
             return "sse" if "/sse" in url else "streamable_http"
         kind = {"streamable-http": "streamable_http", "http": "streamable_http"}.get(kind, kind)
         if kind not in ("streamable_http", "sse"):
-            raise ServerParamsError(f"server_params['type'] must be 'streamable_http' or 'sse', got {kind!r}.")
+            raise ServerParamsError(
+                f"server_params['type'] must be 'streamable_http' or 'sse', got {kind!r}."
+            )
         return str(kind)
     raise ServerParamsError(
         "server_params needs 'command' (and optional 'args', 'env', 'cwd') for a stdio server, "
@@ -122,7 +124,9 @@ async def open_session(
             )
         else:
             http = await stack.enter_async_context(create_mcp_http_client(headers=resolved.get("headers")))
-            read, write = await stack.enter_async_context(streamable_http_client(resolved["url"], http_client=http))
+            read, write = await stack.enter_async_context(
+                streamable_http_client(resolved["url"], http_client=http)
+            )
         session = await stack.enter_async_context(ClientSession(read, write))
         await session.initialize()
         yield session

@@ -212,7 +212,9 @@ class Kernel:
         client = self._require_client()
         # stop_on_error=False: an interrupted (e.g. abandoned) cell must not make the kernel
         # abort the request queued behind it.
-        msg_id = client.execute(code, silent=False, store_history=False, allow_stdin=False, stop_on_error=False)
+        msg_id = client.execute(
+            code, silent=False, store_history=False, allow_stdin=False, stop_on_error=False
+        )
         collector = OutputCollector(on_event)
         loop = asyncio.get_running_loop()
         try:

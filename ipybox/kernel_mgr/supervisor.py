@@ -30,7 +30,7 @@ class KernelSupervisor:
         parent_watch: bool = True,
         spare: bool = True,
     ) -> None:
-        self._new = lambda: Kernel(runtime_dir, cwd, env, command_prefix, parent_watch)
+        self._new: Callable[[], Kernel] = lambda: Kernel(runtime_dir, cwd, env, command_prefix, parent_watch)
         self._spare_enabled = spare
         self._kernel: Kernel | None = None
         self._spare: asyncio.Task[Kernel] | None = None
@@ -39,7 +39,9 @@ class KernelSupervisor:
     @property
     def kernel(self) -> Kernel:
         if self._kernel is None:
-            raise RuntimeError("The executor is not started: use `async with CodeExecutor()` or call start().")
+            raise RuntimeError(
+                "The executor is not started: use `async with CodeExecutor()` or call start()."
+            )
         return self._kernel
 
     async def start(self) -> None:
@@ -61,7 +63,9 @@ class KernelSupervisor:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._spare)
 
-    async def execute(self, code: str, on_event: Callable[[KernelEvent], None], deadline: float) -> KernelReply:
+    async def execute(
+        self, code: str, on_event: Callable[[KernelEvent], None], deadline: float
+    ) -> KernelReply:
         """Run code on the current kernel; after a crash, swap in a fresh kernel and re-raise."""
         kernel = self.kernel
         try:

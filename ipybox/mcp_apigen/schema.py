@@ -11,7 +11,9 @@ from ipybox.mcp_apigen.names import MODEL_RESERVED, UniqueNames, class_name, ide
 
 _SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
 #: Names the generated code uses in annotations; a field must not shadow them in a class body.
-_ANNOTATION_NAMES = {"Any", "Literal", "Enum", "Field", "BaseModel", "RootModel", "ConfigDict"} | set(dir(builtins))
+_ANNOTATION_NAMES = {"Any", "Literal", "Enum", "Field", "BaseModel", "RootModel", "ConfigDict"} | set(
+    dir(builtins)
+)
 
 
 def py_literal(value: Any) -> str:
@@ -85,11 +87,15 @@ class ModelWriter:
             return self._object(schema, hint)
         if kind == "array":
             if isinstance(schema.get("prefixItems"), list) and schema["prefixItems"]:
-                items = [self.annotation(s, f"{hint}Item") for s in schema["prefixItems"]]
-                return f"tuple[{', '.join(items)}]"
+                members = [self.annotation(s, f"{hint}Item") for s in schema["prefixItems"]]
+                return f"tuple[{', '.join(members)}]"
             items = schema.get("items")
             if isinstance(items, list):  # draft-04 tuple form
-                return f"tuple[{', '.join(self.annotation(s, f'{hint}Item') for s in items)}]" if items else "list[Any]"
+                return (
+                    f"tuple[{', '.join(self.annotation(s, f'{hint}Item') for s in items)}]"
+                    if items
+                    else "list[Any]"
+                )
             return f"list[{self.annotation(items, f'{hint}Item')}]"
         if isinstance(kind, str) and kind in _SCALARS:
             return _SCALARS[kind]
@@ -122,7 +128,7 @@ class ModelWriter:
     def _merge_all_of(self, schema: dict[str, Any]) -> dict[str, Any]:
         merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
         properties: dict[str, Any] = dict(merged.get("properties", {}))
-        required: list[str] = list(merged.get("required", []))
+        required: list[str] = list(merged.get("required") or [])
         for part in schema["allOf"]:
             part = self._resolve(part)
             if not isinstance(part, dict):
@@ -130,7 +136,7 @@ class ModelWriter:
             if isinstance(part.get("allOf"), list):
                 part = self._merge_all_of(part)
             properties.update(part.get("properties", {}))
-            required += [r for r in part.get("required", []) if r not in required]
+            required += [r for r in part.get("required") or [] if r not in required]
             for key, value in part.items():
                 if key not in ("properties", "required"):
                     merged.setdefault(key, value)
@@ -148,7 +154,9 @@ class ModelWriter:
         return schema
 
     def _literal(self, values: list[Any]) -> str:
-        scalars = [v for v in values if v is None or isinstance(v, (str, int, bool)) and not isinstance(v, float)]
+        scalars = [
+            v for v in values if v is None or isinstance(v, (str, int, bool)) and not isinstance(v, float)
+        ]
         if len(scalars) != len(values):
             return "Any"  # floats, objects and arrays cannot be Literal members
         members = [py_literal(v) for v in values if v is not None]
@@ -208,7 +216,9 @@ class ModelWriter:
         # nested classes were appended after the placeholder; move this class after them
         self._classes.append(self._classes.pop(placeholder))
 
-    def _field(self, field: str, wire: str, annotation: str, schema: Any, required: bool, forward: bool) -> str:
+    def _field(
+        self, field: str, wire: str, annotation: str, schema: Any, required: bool, forward: bool
+    ) -> str:
         args: list[str] = []
         has_default = isinstance(schema, dict) and "default" in schema
         if has_default:

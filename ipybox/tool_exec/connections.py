@@ -123,7 +123,9 @@ class ConnectionPool:
             raise
         return conn
 
-    async def call(self, name: str, params: Mapping[str, Any], tool: str, args: dict[str, Any]) -> CallToolResult:
+    async def call(
+        self, name: str, params: Mapping[str, Any], tool: str, args: dict[str, Any]
+    ) -> CallToolResult:
         conn = await self._get(name, params)
         return await conn.call(tool, args, self._call_timeout)
 

@@ -78,7 +78,9 @@ class ToolServer:
         self._stopped.clear()
         try:
             if self.path is not None:
-                self._listeners.append(await asyncio.start_unix_server(self._handle, self.path, limit=_MAX_LINE))
+                self._listeners.append(
+                    await asyncio.start_unix_server(self._handle, self.path, limit=_MAX_LINE)
+                )
                 self.path.chmod(0o600)
             if self.port is not None:
                 server = await asyncio.start_server(self._handle, self.host, self.port, limit=_MAX_LINE)
@@ -136,7 +138,9 @@ class ToolServer:
         except ToolCallError:
             raise
         except Exception as e:
-            raise ToolCallError(f"Tool call {server_name}.{tool_name} failed: {type(e).__name__}: {e}") from None
+            raise ToolCallError(
+                f"Tool call {server_name}.{tool_name} failed: {type(e).__name__}: {e}"
+            ) from None
         encoded = encode_result(result)
         if result.is_error:
             raise ToolCallError(encoded["text"] or f"Tool {tool_name!r} reported an error without a message.")

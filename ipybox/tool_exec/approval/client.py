@@ -94,7 +94,7 @@ class ApprovalClient:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         lock = asyncio.Lock()
-        pending: set[asyncio.Task[None]] = set()
+        pending: set[asyncio.Future[None]] = set()
         while line := await reader.readline():
             msg = json.loads(line)
 
@@ -104,7 +104,7 @@ class ApprovalClient:
                     await writer.drain()
 
             request = ApprovalRequest(msg["server_name"], msg["tool_name"], msg["tool_args"], respond)
-            task = asyncio.create_task(self._callback(request))
+            task: asyncio.Future[None] = asyncio.ensure_future(self._callback(request))
             pending.add(task)
             task.add_done_callback(pending.discard)
 

@@ -1,0 +1,124 @@
+"""Sandbox policy for kernels run under Anthropic's sandbox-runtime (`srt`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ipybox.tool_exec.registry import state_dir
+
+#: The documented default: read everything but `.env`, write the working directory and IPython's
+#: own directories, no network.
+DEFAULT_CONFIG: dict[str, Any] = {
+    "enableWeakerNestedSandbox": False,
+    "filesystem": {
+        "denyRead": [".env"],
+        "allowWrite": [".", "~/Library/Jupyter", "~/.ipython"],
+        "denyWrite": [],
+    },
+    "network": {"allowedDomains": [], "deniedDomains": [], "allowLocalBinding": True},
+}
+
+#: Credentials and control sockets a kernel never needs, denied on top of any policy. Unix
+#: sockets must be allowed for the kernel's own ipc channels, so the sockets that would let
+#: code escape (container engines, the session bus, agents) are hidden instead.
+_ALWAYS_DENY_READ = (
+    "~/.ssh",
+    "~/.aws",
+    "~/.gnupg",
+    "~/.config/gcloud",
+    "~/.azure",
+    "~/.kube",
+    "~/.docker",
+    "~/.netrc",
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/podman",
+    "/run/user",
+    "/run/dbus",
+    "/var/run/dbus",
+)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot be used: a tool is missing or the configuration is invalid."""
+
+
+def load_config(path: Path | None) -> dict[str, Any]:
+    """The policy in `path` (JSON), or the default; errors name the file and the problem."""
+    if path is None:
+        return copy.deepcopy(DEFAULT_CONFIG)
+    try:
+        config = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SandboxError(f"Sandbox config file not found: {path}") from None
+    except json.JSONDecodeError as e:
+        raise SandboxError(f"Sandbox config {path} is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise SandboxError(f"Sandbox config {path} must be a JSON object.")
+    for section, keys in (
+        ("filesystem", ("denyRead", "allowWrite", "denyWrite")),
+        ("network", ("allowedDomains", "deniedDomains")),
+    ):
+        value = config.get(section, {})
+        if not isinstance(value, dict):
+            raise SandboxError(f"Sandbox config {path}: {section!r} must be an object.")
+        for key in keys:
+            items = value.get(key, [])
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise SandboxError(f"Sandbox config {path}: {section}.{key} must be a list of strings.")
+    return config
+
+
+def kernel_policy(config: dict[str, Any], writable_dir: Path) -> dict[str, Any]:
+    """`config` plus what ipybox needs and forbids, whatever the user's policy says.
+
+    The kernel may write its ipc sockets in `writable_dir`, must be able to create unix
+    sockets at all, and may never touch ipybox's state (the registry of trusted servers).
+    """
+    policy = copy.deepcopy(config)
+    fs = policy.setdefault("filesystem", {})
+    fs.setdefault("allowWrite", []).append(str(writable_dir))
+    fs.setdefault("denyWrite", []).append(str(state_dir()))
+    deny_read = fs.setdefault("denyRead", [])
+    for entry in _ALWAYS_DENY_READ:
+        if os.path.lexists(os.path.expanduser(entry)) and entry not in deny_read:
+            deny_read.append(entry)
+    if sock := os.environ.get("SSH_AUTH_SOCK"):
+        deny_read.append(str(Path(sock).parent))
+    policy.setdefault("network", {})["allowAllUnixSockets"] = True
+    return policy
+
+
+def srt_executable() -> str:
+    """Path of `srt`; raises `SandboxError` naming every missing tool the sandbox needs."""
+    srt = os.environ.get("IPYBOX_SRT") or shutil.which("srt")
+    missing = [] if srt else ["srt (npm install -g @anthropic-ai/sandbox-runtime@0.0.78)"]
+    needed = {"Linux": ("bwrap", "socat", "rg"), "Darwin": ("rg",)}.get(platform.system(), ())
+    packages = {"bwrap": "bubblewrap", "socat": "socat", "rg": "ripgrep"}
+    missing += [f"{tool} (package {packages[tool]})" for tool in needed if not shutil.which(tool)]
+    if missing:
+        raise SandboxError(
+            "Sandboxing needs tools that are not installed: " + ", ".join(missing) + ". "
+            "On Debian/Ubuntu: apt-get install bubblewrap socat ripgrep; on macOS: brew install ripgrep."
+        )
+    assert srt is not None
+    return srt
+
+
+def sandbox_command(config_path: Path | None, policy_file: Path, writable_dir: Path) -> list[str]:
+    """The command prefix that runs a kernel under `srt` with the effective policy.
+
+    The policy is written to `policy_file`, which must lie outside every writable path so
+    sandboxed code cannot loosen the policy of kernels started later.
+    """
+    srt = srt_executable()
+    policy = kernel_policy(load_config(config_path), writable_dir)
+    policy_file.write_text(json.dumps(policy, indent=1))
+    policy_file.chmod(0o400)
+    return [srt, "--settings", str(policy_file), "--"]
