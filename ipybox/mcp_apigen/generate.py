@@ -28,7 +28,9 @@ from . import SERVER_NAME, SERVER_PARAMS
 TOOL_NAME = {tool_name}
 
 # Fields accept their Python names and the tool's own (aliased) names; the wire uses the latter.
-_NAMES = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, protected_namespaces=())
+_NAMES = ConfigDict(
+    validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, protected_namespaces=()
+)
 _CLOSED = ConfigDict(**_NAMES, extra="forbid")
 _OPEN = ConfigDict(**_NAMES, extra="allow")
 """
