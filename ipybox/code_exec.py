@@ -16,7 +16,7 @@ from typing import Any
 from ipybox.kernel_mgr.kernel import KernelDied, kernel_environment
 from ipybox.kernel_mgr.output import KernelEvent
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
-from ipybox.sandbox import load_config, sandbox_command
+from ipybox.sandbox import check_sandbox, sandbox_command
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.client import ENDPOINT_VAR
 from ipybox.tool_exec.server import ToolServer
@@ -127,7 +127,7 @@ class CodeExecutor:
 
     async def _start(self) -> None:
         if self._sandbox:  # fail on a missing tool or a bad config before anything starts
-            load_config(self._sandbox_config)
+            check_sandbox(self._sandbox_config)
         self._runtime_dir = Path(tempfile.mkdtemp(prefix="ipybox-"))
         kernels_dir = self._runtime_dir / "kernels"  # the only part of it a sandboxed kernel may write
         kernels_dir.mkdir()

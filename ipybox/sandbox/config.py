@@ -111,6 +111,12 @@ def srt_executable() -> str:
     return srt
 
 
+def check_sandbox(config_path: Path | None) -> None:
+    """Raise `SandboxError` if the policy is invalid or a tool the sandbox needs is missing."""
+    load_config(config_path)
+    srt_executable()
+
+
 def sandbox_command(config_path: Path | None, policy_file: Path, writable_dir: Path) -> list[str]:
     """The command prefix that runs a kernel under `srt` with the effective policy.
 

@@ -36,6 +36,7 @@ class _Connection:
     async def _run(self) -> None:
         try:
             async with open_session(self.params) as session:
+                await _list_all_tools(session)
                 self._session = session
                 self._ready.set()
                 await self._stop.wait()
@@ -63,12 +64,24 @@ class _Connection:
 
     async def call(self, tool: str, args: dict[str, Any], timeout: float | None) -> CallToolResult:
         """Call a tool, failing fast if the server goes away during the call."""
+        from mcp.shared.exceptions import MCPError
+        from mcp.types import CONNECTION_CLOSED
+
         session = self._session
         assert session is not None
         call = asyncio.ensure_future(session.call_tool(tool, args))
         done, _ = await asyncio.wait({call, self._task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if call in done:
-            return call.result()
+            try:
+                return call.result()
+            except MCPError as e:
+                if e.code != CONNECTION_CLOSED:
+                    raise
+            await self.close()  # the transport is gone (e.g. the server process exited): start afresh
+            raise ToolCallError(
+                f"MCP server {self.name!r} closed the connection during the call to {tool!r}."
+                " It will be restarted on the next call."
+            )
         call.cancel()
         with contextlib.suppress(BaseException):
             await call
@@ -88,6 +101,25 @@ class _Connection:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
+
+
+async def _list_all_tools(session: ClientSession) -> None:
+    """List every tool, following cursors, so the session knows each tool's output schema.
+
+    Otherwise the SDK lists (only the first page of) tools again before validating the result
+    of any tool it has not seen, on every call to a tool that is not on that page.
+    """
+    from mcp.types import PaginatedRequestParams
+
+    cursor: str | None = None
+    try:
+        while True:
+            page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+            cursor = page.next_cursor
+            if not cursor:
+                return
+    except Exception as e:  # noqa: BLE001 - a server without tools/list can still run its tools
+        logger.debug("could not list the tools of an MCP server: %s", _describe(e))
 
 
 def _describe(error: BaseException | None) -> str:

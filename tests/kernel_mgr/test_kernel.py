@@ -241,12 +241,15 @@ async def test_cancelled_execute_interrupts_cell_and_next_output_is_not_lost(ker
 
 @pytest.mark.timeout(60)
 async def test_kernel_stop_kills_process_group(kernel: Kernel) -> None:
-    text, _ = await _run(kernel, "import subprocess\nprint(subprocess.Popen(['sleep', '300']).pid)")
-    child = int(text)
-    assert _pid_alive(child)
+    # The child ignores SIGTERM, so only the final SIGKILL to the process group ends it.
+    code = "import subprocess\nprint(subprocess.Popen(['sh', '-c', 'trap \"\" TERM; sleep 300']).pid)"
+    text, _ = await _run(kernel, code)
+    child = psutil.Process(int(text))
+    assert await _eventually(lambda: bool(child.children()))  # the trap is set, `sleep` runs
+    pids = [child.pid] + [p.pid for p in child.children()]
     await kernel.stop()
     assert not kernel.alive
-    assert await _eventually(lambda: not _pid_alive(child))
+    assert await _eventually(lambda: not any(_pid_alive(pid) for pid in pids))
 
 
 async def test_kernel_start_failure_is_reported(runtime_dir: Path, tmp_path: Path) -> None:

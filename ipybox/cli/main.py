@@ -1,0 +1,104 @@
+"""Parses the command line and runs the MCP server on the chosen transport."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from dotenv import load_dotenv
+
+DESCRIPTION = """\
+Run ipybox as an MCP server. Agents get four tools: register_mcp_server (generate a typed
+Python API for another MCP server's tools), execute_ipython_cell (run code in a stateful
+IPython kernel that can call those APIs), install_package and reset."""
+
+EPILOG = """\
+environment:
+  Variables in ipybox's environment or in WORKSPACE/.env fill ${VAR} placeholders in the
+  server_params of register_mcp_server. Only variables named KERNEL_ENV_<NAME> reach the
+  kernel, as <NAME>.
+
+example (Claude Code / Claude Desktop config):
+  {"mcpServers": {"ipybox": {"command": "uvx", "args": ["ipybox", "--workspace", "/path/to/ws"]}}}
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ipybox",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--workspace",
+        type=Path,
+        default=Path("."),
+        help="working directory of the kernel; generated APIs go to WORKSPACE/mcptools/ (default: .)",
+    )
+    p.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run the kernel under sandbox-runtime (srt): no network, writes only inside the workspace",
+    )
+    p.add_argument(
+        "--sandbox-config",
+        type=Path,
+        metavar="FILE",
+        help="JSON sandbox policy replacing the default (implies nothing unless --sandbox is given)",
+    )
+    p.add_argument(
+        "--transport",
+        choices=["stdio", "streamable-http"],
+        default="stdio",
+        help="stdio for a local MCP client (default); streamable-http serves clients over HTTP, "
+        "each client session with its own kernel",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address for streamable-http (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port for streamable-http (default: 8000)")
+    p.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        help="log level; logs go to stderr (default: WARNING)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr, level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    logging.getLogger("ipybox").setLevel(args.log_level)
+
+    workspace = args.workspace.expanduser().resolve()
+    workspace.mkdir(parents=True, exist_ok=True)
+    if args.sandbox_config is not None:
+        args.sandbox_config = args.sandbox_config.expanduser().resolve()
+    os.chdir(workspace)  # the kernel's working directory, and where `.env` is read
+    load_dotenv(workspace / ".env", override=False)
+
+    from ipybox.mcp_server import ServerOptions, create_server
+    from ipybox.sandbox import SandboxError, check_sandbox
+
+    if args.sandbox:
+        try:
+            check_sandbox(args.sandbox_config)
+        except SandboxError as e:
+            sys.exit(f"ipybox: {e}")
+
+    options = ServerOptions(
+        workspace=workspace,
+        sandbox=args.sandbox,
+        sandbox_config=args.sandbox_config,
+        per_session=args.transport != "stdio",
+    )
+    server = create_server(options)
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.port)

@@ -1,0 +1,304 @@
+"""ipybox as an MCP server: register MCP servers, run code that calls them, install packages, reset."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import shutil
+import sys
+import warnings
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from dotenv import dotenv_values
+from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ImageContent, TextContent
+
+from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
+from ipybox.mcp_apigen import generate_mcp_sources
+from ipybox.mcp_server.output import truncate
+
+logger = logging.getLogger(__name__)
+
+KERNEL_ENV_PREFIX = "KERNEL_ENV_"
+_LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+_PACKAGE_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+:/@#%&?]*$")
+
+INSTRUCTIONS = """\
+ipybox runs Python in a stateful IPython kernel (variables persist between calls) in the
+workspace directory. Register an MCP server with register_mcp_server to get a typed Python API
+for its tools under mcptools/<server_name>/, read a tool module to learn its Params and Result,
+then call it from code with execute_ipython_cell: several tool calls, loops and data handling
+can go in one cell so intermediate results stay out of your context. Print only what you need."""
+
+
+@dataclass
+class ServerOptions:
+    """How the MCP server runs its kernels."""
+
+    workspace: Path
+    sandbox: bool = False
+    sandbox_config: Path | None = None
+    per_session: bool = False  # one kernel per client session (HTTP) instead of one for all
+
+
+class Workspace:
+    """The workspace's executors: one for stdio, one per client session over HTTP."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.root = options.workspace
+        self._executors: dict[int, tuple[weakref.ref[Any], CodeExecutor]] = {}
+        self._starting: dict[int, asyncio.Task[CodeExecutor]] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def mcptools(self) -> Path:
+        return self.root / "mcptools"
+
+    def kernel_env(self) -> dict[str, str]:
+        """`KERNEL_ENV_<NAME>` variables (environment and workspace `.env`) as `<NAME>`."""
+        values = {k: v for k, v in dotenv_values(self.root / ".env").items() if v is not None}
+        values |= os.environ
+        return {
+            k[len(KERNEL_ENV_PREFIX) :]: v for k, v in values.items() if k.startswith(KERNEL_ENV_PREFIX) and v
+        }
+
+    def _new_executor(self) -> CodeExecutor:
+        return CodeExecutor(
+            kernel_env=self.kernel_env(),
+            images_dir=self.root / "images",
+            sandbox=self.options.sandbox,
+            sandbox_config=self.options.sandbox_config,
+            working_dir=self.root,
+            log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
+        )
+
+    async def executor(self, session: object) -> CodeExecutor:
+        """The executor of a client session, started on first use."""
+        key = id(session)
+        async with self._lock:
+            entry = self._executors.get(key)
+            if entry is not None and entry[0]() is session:
+                return entry[1]
+            self._reap()
+            task = self._starting.get(key)
+            if task is None:
+                task = self._starting[key] = asyncio.create_task(self._start(self._new_executor()))
+        try:
+            executor = await asyncio.shield(task)
+        finally:
+            self._starting.pop(key, None)
+        self._executors[key] = (weakref.ref(session), executor)
+        return executor
+
+    async def _start(self, executor: CodeExecutor) -> CodeExecutor:
+        await executor.start()
+        return executor
+
+    def prewarm(self, session_key: object) -> None:
+        """Start the first executor early, so the first call does not wait for a kernel."""
+        self._starting[id(session_key)] = asyncio.create_task(self._start(self._new_executor()))
+
+    def _reap(self) -> None:
+        """Stop executors whose client session has gone away."""
+        for key, (ref, executor) in list(self._executors.items()):
+            if ref() is None:
+                del self._executors[key]
+                asyncio.create_task(executor.stop())
+
+    def executors(self) -> list[CodeExecutor]:
+        return [executor for _, executor in self._executors.values()]
+
+    async def close(self) -> None:
+        for task in self._starting.values():
+            task.cancel()
+        starting = await asyncio.gather(*self._starting.values(), return_exceptions=True)
+        executors = self.executors() + [e for e in starting if isinstance(e, CodeExecutor)]
+        self._executors.clear()
+        await asyncio.gather(*(e.stop() for e in executors), return_exceptions=True)
+
+
+def create_server(options: ServerOptions) -> MCPServer[Any]:
+    """Build the ipybox MCP server for a workspace."""
+    workspace = Workspace(options)
+    stdio_session = _SharedSession()  # without per-session kernels, every call uses this key
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
+        if not options.per_session:
+            workspace.prewarm(stdio_session)
+        try:
+            yield
+        finally:
+            await workspace.close()
+
+    server: MCPServer[Any] = MCPServer(
+        name="ipybox",
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        log_level=cast(_LogLevel, logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel())),
+    )
+
+    def session_of(ctx: Context[Any, Any]) -> object:
+        return ctx.session if options.per_session else stdio_session
+
+    @server.tool()
+    async def register_mcp_server(server_name: str, server_params: dict[str, Any]) -> str:
+        """Connect to an MCP server and generate a typed Python API for its tools.
+
+        Writes one module per tool to mcptools/<server_name>/<tool>.py in the workspace; each
+        has a pydantic `Params` model, a `Result` model (or `str` output) and `run(params)`.
+        Import it in execute_ipython_cell, e.g.
+        `from mcptools.<server_name>.<tool> import Params, run`. Read a module's source to
+        see its exact parameters before calling it. Registering again regenerates the API.
+
+        server_name: a valid Python identifier, e.g. "github".
+        server_params: {"command": ..., "args": [...], "env": {...}} for a local (stdio)
+        server, or {"url": ..., "headers": {...}} for an HTTP server. Write secrets as
+        "${VAR}"; they are filled from ipybox's environment or the workspace .env file.
+
+        Returns the generated tool modules, each with a one-line summary.
+        """
+        try:
+            modules = await generate_mcp_sources(server_name, server_params, workspace.mcptools)
+        except (ValueError, ConnectionError) as e:
+            raise ToolError(str(e)) from None
+        for executor in workspace.executors():  # code importing the old API sees the new one
+            with contextlib.suppress(Exception):
+                await executor.execute(_forget_modules(server_name), timeout=10)
+        lines = [f"Generated {len(modules)} tool modules in mcptools/{server_name}/:"]
+        lines += [f"- {m}: {_summary(workspace.mcptools / server_name / f'{m}.py')}" for m in modules]
+        return "\n".join(lines)
+
+    @server.tool()
+    async def execute_ipython_cell(
+        code: str, ctx: Context[Any, Any], timeout: float = 120, max_output_chars: int = 5000
+    ) -> list[TextContent | ImageContent]:
+        """Run Python code in the workspace's stateful IPython kernel and return its output.
+
+        Variables, imports and definitions persist between calls. Code can call the tools of
+        registered MCP servers through mcptools.<server_name>.<tool>.run(...); those calls are
+        approved automatically. Top-level `await` works, and so do shell escapes like `!ls`.
+        Print what you need to see: output beyond max_output_chars keeps its head and tail and
+        the full text is saved to a file in the workspace whose path is given. Plots
+        (matplotlib plt.show()) come back as images. A cell running longer than `timeout`
+        seconds is interrupted; the kernel keeps its state. If the kernel dies (e.g. out of
+        memory), the error says so and the next call gets a fresh kernel.
+        """
+        if not code.strip():
+            raise ToolError("code is empty: pass the Python source to run.")
+        executor = await workspace.executor(session_of(ctx))
+        spill = workspace.root / ".ipybox" / "outputs"
+        result: CodeExecutionResult | None = None
+        try:
+            async for item in executor.stream(code, timeout=timeout, chunks=True):
+                if isinstance(item, CodeExecutionChunk):
+                    await _stream_to_client(ctx, item.text)
+                elif isinstance(item, CodeExecutionResult):
+                    result = item
+                else:
+                    await item.accept()  # generated-API calls are approved automatically here
+        except CodeExecutionError as e:
+            output = f"{e.output}\n\n" if e.output else ""
+            raise ToolError(truncate(f"{output}{e}", max_output_chars, spill)) from None
+        except TimeoutError as e:
+            raise ToolError(str(e)) from None
+        assert result is not None
+        content: list[TextContent | ImageContent] = []
+        text = truncate(result.text or "", max_output_chars, spill)
+        if result.images:
+            text += "\n" if text else ""
+            text += "\n".join(f"[image saved to {path}]" for path in result.images)
+        content.append(TextContent(type="text", text=text or "(no output)"))
+        content += [Image(path=path).to_image_content() for path in result.images]
+        return content
+
+    @server.tool()
+    async def install_package(package_name: str) -> str:
+        """Install a Python package into the kernel's environment with pip.
+
+        Accepts a requirement such as "requests", "numpy>=1.26" or "git+https://…". The
+        install runs outside the kernel (and its sandbox), so it works without network access
+        from code. Import the package in execute_ipython_cell afterwards.
+        """
+        spec = package_name.strip()
+        if not spec or not _PACKAGE_SPEC.match(spec):
+            raise ToolError(f"Not a package requirement: {package_name!r}.")
+        return await _pip_install(spec)
+
+    @server.tool()
+    async def reset(ctx: Context[Any, Any]) -> str:
+        """Start a fresh kernel: all variables, imports and definitions are cleared.
+
+        Installed packages, files and the generated mcptools/ stay. Use it when the kernel's
+        state is confused or after changing the code of an imported module.
+        """
+        executor = await workspace.executor(session_of(ctx))
+        await executor.reset()
+        return "The kernel was reset: a fresh namespace is ready."
+
+    return server
+
+
+async def _stream_to_client(ctx: Context[Any, Any], text: str) -> None:
+    """Forward a chunk of output while the cell runs: as progress (if the client asked for it) and log."""
+    with contextlib.suppress(Exception):
+        await ctx.report_progress(0, message=text)
+    with contextlib.suppress(Exception), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # logging notifications are deprecated in newer protocol versions
+        await ctx.log("info", text, logger_name="ipybox.output")
+
+
+class _SharedSession:
+    """Stands for the single client of a server without per-session kernels."""
+
+
+def _forget_modules(server_name: str) -> str:
+    return (
+        "import sys as _s, importlib as _i\n"
+        f"[_s.modules.pop(_k) for _k in list(_s.modules) if _k == 'mcptools.{server_name}' "
+        f"or _k.startswith('mcptools.{server_name}.')]\n"
+        "_i.invalidate_caches(); del _s, _i"
+    )
+
+
+def _summary(module: Path) -> str:
+    """The first line of a generated module's docstring (the tool's description)."""
+    with contextlib.suppress(OSError, SyntaxError):
+        doc = ast.get_docstring(ast.parse(module.read_text())) or ""
+        return doc.strip().splitlines()[0][:200] if doc.strip() else "(no description)"
+    return "(no description)"
+
+
+async def _pip_install(spec: str) -> str:
+    """Install into this interpreter's environment: uv if present (uvx envs have no pip), else pip."""
+    uv = shutil.which("uv")
+    if uv:
+        argv = [uv, "pip", "install", "--python", sys.executable, spec]
+    else:
+        argv = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", spec]
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), 600)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise ToolError(f"Installing {spec!r} took longer than 10 minutes and was stopped.") from None
+    text = out.decode(errors="replace").strip()
+    if process.returncode != 0:
+        raise ToolError(f"Installing {spec!r} failed:\n{text[-3000:]}")
+    return f"Installed {spec!r}.\n{text[-1000:]}"
