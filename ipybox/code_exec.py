@@ -134,7 +134,7 @@ class CodeExecutor:
         command_prefix: list[str] = []
         if self._sandbox:
             command_prefix = sandbox_command(
-                self._sandbox_config, self._runtime_dir / "sandbox.json", kernels_dir
+                self._sandbox_config, self._runtime_dir / "sandbox.json", kernels_dir, self.working_dir
             )
         socket_path = self._runtime_dir / "tools.sock"
         self._tool_server = ToolServer(

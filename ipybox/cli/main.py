@@ -48,7 +48,8 @@ def parser() -> argparse.ArgumentParser:
         "--sandbox-config",
         type=Path,
         metavar="FILE",
-        help="JSON sandbox policy replacing the default (implies nothing unless --sandbox is given)",
+        help="JSON sandbox policy replacing the default; without it, WORKSPACE/sandbox-config.json "
+        "is used if present (only with --sandbox)",
     )
     p.add_argument(
         "--transport",
@@ -83,8 +84,10 @@ def main(argv: list[str] | None = None) -> None:
     load_dotenv(workspace / ".env", override=False)
 
     from ipybox.mcp_server import ServerOptions, create_server
-    from ipybox.sandbox import SandboxError, check_sandbox
+    from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
 
+    if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
+        args.sandbox_config = workspace / WORKSPACE_CONFIG
     if args.sandbox:
         try:
             check_sandbox(args.sandbox_config)

@@ -213,9 +213,9 @@ async def generate_mcp_sources(
     root_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{server_name}-", dir=root_dir))
     try:
-        (staging / "__init__.py").write_text(_init_source(server_name, server_params))
+        (staging / "__init__.py").write_text(_init_source(server_name, server_params), encoding="utf-8")
         for module, source in modules.items():
-            (staging / f"{module}.py").write_text(source)
+            (staging / f"{module}.py").write_text(source, encoding="utf-8")
         target = root_dir / server_name
         if target.exists():
             shutil.rmtree(target)

@@ -24,12 +24,20 @@ def py_literal(value: Any) -> str:
 def docstring(text: str, indent: str = "") -> str:
     """A triple-quoted docstring whose content can never end the literal early or inject code."""
     safe = text.replace("\\", "\\\\").replace('"', '\\"').replace("\r\n", "\n")
-    safe = "".join(c if c in "\n\t" or c.isprintable() else f"\\x{ord(c):02x}" for c in safe)
+    safe = "".join(c if c in "\n\t" or c.isprintable() else _escape(c) for c in safe)
     lines = safe.strip().splitlines() or [""]
     if len(lines) == 1:
         return f'{indent}"""{lines[0]}"""'
     body = "\n".join(f"{indent}{line}".rstrip() for line in lines)
     return f'{indent}"""\n{body}\n{indent}"""'
+
+
+def _escape(char: str) -> str:
+    """A string-literal escape for one character (\\x only reaches U+00FF)."""
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 class ModelWriter:

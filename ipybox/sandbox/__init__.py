@@ -1,5 +1,19 @@
 """Sandboxing: runs kernels under Anthropic's sandbox-runtime with a filesystem and network policy."""
 
-from ipybox.sandbox.config import DEFAULT_CONFIG, SandboxError, check_sandbox, load_config, sandbox_command
+from ipybox.sandbox.config import (
+    DEFAULT_CONFIG,
+    WORKSPACE_CONFIG,
+    SandboxError,
+    check_sandbox,
+    load_config,
+    sandbox_command,
+)
 
-__all__ = ["DEFAULT_CONFIG", "SandboxError", "check_sandbox", "load_config", "sandbox_command"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "WORKSPACE_CONFIG",
+    "SandboxError",
+    "check_sandbox",
+    "load_config",
+    "sandbox_command",
+]

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,10 @@ _ALWAYS_DENY_READ = (
 )
 
 
+#: A policy file in the workspace that the MCP server (and the codeact-sandbox plugin) picks up.
+WORKSPACE_CONFIG = "sandbox-config.json"
+
+
 class SandboxError(RuntimeError):
     """The sandbox cannot be used: a tool is missing or the configuration is invalid."""
 
@@ -75,16 +80,20 @@ def load_config(path: Path | None) -> dict[str, Any]:
     return config
 
 
-def kernel_policy(config: dict[str, Any], writable_dir: Path) -> dict[str, Any]:
+def kernel_policy(
+    config: dict[str, Any], writable_dir: Path, protected: Sequence[Path] = ()
+) -> dict[str, Any]:
     """`config` plus what ipybox needs and forbids, whatever the user's policy says.
 
     The kernel may write its ipc sockets in `writable_dir`, must be able to create unix
-    sockets at all, and may never touch ipybox's state (the registry of trusted servers).
+    sockets at all, and may never touch ipybox's state (the registry of trusted servers)
+    or the `protected` files (policy, `.env`) that later kernels and servers are started with;
+    srt also keeps them from being created where they do not exist yet.
     """
     policy = copy.deepcopy(config)
     fs = policy.setdefault("filesystem", {})
     fs.setdefault("allowWrite", []).append(str(writable_dir))
-    fs.setdefault("denyWrite", []).append(str(state_dir()))
+    fs.setdefault("denyWrite", []).extend([str(state_dir()), *(str(p) for p in protected)])
     deny_read = fs.setdefault("denyRead", [])
     for entry in _ALWAYS_DENY_READ:
         if os.path.lexists(os.path.expanduser(entry)) and entry not in deny_read:
@@ -117,14 +126,19 @@ def check_sandbox(config_path: Path | None) -> None:
     srt_executable()
 
 
-def sandbox_command(config_path: Path | None, policy_file: Path, writable_dir: Path) -> list[str]:
+def sandbox_command(
+    config_path: Path | None, policy_file: Path, writable_dir: Path, working_dir: Path
+) -> list[str]:
     """The command prefix that runs a kernel under `srt` with the effective policy.
 
     The policy is written to `policy_file`, which must lie outside every writable path so
     sandboxed code cannot loosen the policy of kernels started later.
     """
     srt = srt_executable()
-    policy = kernel_policy(load_config(config_path), writable_dir)
+    protected = [working_dir / WORKSPACE_CONFIG, working_dir / ".env"]
+    if config_path is not None:
+        protected.append(Path(config_path).resolve())
+    policy = kernel_policy(load_config(config_path), writable_dir, protected)
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
     return [srt, "--settings", str(policy_file), "--"]
