@@ -78,6 +78,10 @@ _MODULE_NAMES = {
 }
 
 
+#: Code below this line in a generated module (an output parser) survives regeneration.
+PARSER_MARKER = "# --- ipybox: output parser (kept when the API is regenerated) ---"
+
+
 class ToolGenerationError(Exception):
     """The code for a tool could not be generated; the message names the tool."""
 
@@ -135,6 +139,16 @@ def _init_source(server_name: str, server_params: dict[str, Any]) -> str:
         server_name_literal=py_literal(server_name),
         params_literal=py_literal(server_params),
     )
+
+
+def _parser_sections(package: Path) -> dict[str, str]:
+    """Output parsers added to existing modules (below `PARSER_MARKER`), by module name."""
+    sections: dict[str, str] = {}
+    for path in package.glob("*.py") if package.is_dir() else []:
+        text = path.read_text()
+        if PARSER_MARKER in text:
+            sections[path.stem] = text[text.index(PARSER_MARKER) :]
+    return sections
 
 
 def validate_server_name(server_name: str) -> None:
@@ -210,6 +224,9 @@ async def generate_mcp_sources(
         modules[names.claim(module_name(tool.name))] = tool_module_source(tool)
 
     root_dir = Path(root_dir)
+    for module, extension in _parser_sections(root_dir / server_name).items():
+        if module in modules:
+            modules[module] += "\n\n" + extension
     root_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{server_name}-", dir=root_dir))
     try:

@@ -50,6 +50,15 @@ _ALWAYS_DENY_READ = (
 WORKSPACE_CONFIG = "sandbox-config.json"
 
 
+#: Boolean settings of srt's config schema, top level (None) and per section: a wrong type is
+#: reported before anything starts rather than by srt when a kernel starts.
+_BOOLEANS: dict[str | None, tuple[str, ...]] = {
+    None: ("enableWeakerNestedSandbox", "enableWeakerNetworkIsolation", "allowPty"),
+    "filesystem": ("disabled", "allowGitConfig"),
+    "network": ("allowLocalBinding", "allowAllUnixSockets", "strictAllowlist"),
+}
+
+
 class SandboxError(RuntimeError):
     """The sandbox cannot be used: a tool is missing or the configuration is invalid."""
 
@@ -66,8 +75,11 @@ def load_config(path: Path | None) -> dict[str, Any]:
         raise SandboxError(f"Sandbox config {path} is not valid JSON: {e}") from None
     if not isinstance(config, dict):
         raise SandboxError(f"Sandbox config {path} must be a JSON object.")
+    for key in _BOOLEANS[None]:
+        if not isinstance(config.get(key, False), bool):
+            raise SandboxError(f"Sandbox config {path}: {key} must be true or false.")
     for section, keys in (
-        ("filesystem", ("denyRead", "allowWrite", "denyWrite")),
+        ("filesystem", ("denyRead", "allowRead", "allowWrite", "denyWrite")),
         ("network", ("allowedDomains", "deniedDomains")),
     ):
         value = config.get(section, {})
@@ -77,6 +89,15 @@ def load_config(path: Path | None) -> dict[str, Any]:
             items = value.get(key, [])
             if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
                 raise SandboxError(f"Sandbox config {path}: {section}.{key} must be a list of strings.")
+        for key in _BOOLEANS[section]:
+            if not isinstance(value.get(key, False), bool):
+                raise SandboxError(f"Sandbox config {path}: {section}.{key} must be true or false.")
+    if config.get("filesystem", {}).get("disabled") is True:
+        # srt would then ignore every rule, including those protecting ipybox's state and policy.
+        raise SandboxError(
+            f"Sandbox config {path}: filesystem.disabled is not supported; list writable paths in "
+            "filesystem.allowWrite instead."
+        )
     return config
 
 
@@ -93,14 +114,17 @@ def kernel_policy(
     policy = copy.deepcopy(config)
     fs = policy.setdefault("filesystem", {})
     fs.setdefault("allowWrite", []).append(str(writable_dir))
-    fs.setdefault("denyWrite", []).extend([str(state_dir()), *(str(p) for p in protected)])
+    fs.setdefault("denyWrite", []).extend([str(state_dir().absolute()), *(str(p) for p in protected)])
     deny_read = fs.setdefault("denyRead", [])
     for entry in _ALWAYS_DENY_READ:
         if os.path.lexists(os.path.expanduser(entry)) and entry not in deny_read:
             deny_read.append(entry)
     if sock := os.environ.get("SSH_AUTH_SOCK"):
         deny_read.append(str(Path(sock).parent))
-    policy.setdefault("network", {})["allowAllUnixSockets"] = True
+    network = policy.setdefault("network", {})
+    network.setdefault("allowedDomains", [])  # srt requires both lists; absent means none
+    network.setdefault("deniedDomains", [])
+    network["allowAllUnixSockets"] = True
     return policy
 
 
@@ -131,11 +155,12 @@ def sandbox_command(
 ) -> list[str]:
     """The command prefix that runs a kernel under `srt` with the effective policy.
 
-    The policy is written to `policy_file`, which must lie outside every writable path so
-    sandboxed code cannot loosen the policy of kernels started later.
+    The policy is written to `policy_file`, which the kernel may not write wherever it lies,
+    so sandboxed code cannot loosen the policy of kernels started later.
     """
     srt = srt_executable()
-    protected = [working_dir / WORKSPACE_CONFIG, working_dir / ".env"]
+    # The policy file lies under a writable path if the working directory holds the temp dir.
+    protected = [policy_file.absolute(), working_dir / WORKSPACE_CONFIG, working_dir / ".env"]
     if config_path is not None:
         protected.append(Path(config_path).resolve())
     policy = kernel_policy(load_config(config_path), writable_dir, protected)
