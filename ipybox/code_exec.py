@@ -83,6 +83,7 @@ class CodeExecutor:
         *,
         spare_kernel: bool = True,
         working_dir: Path | None = None,
+        audit_log: Path | None = None,
     ) -> None:
         self.working_dir = (working_dir or Path.cwd()).resolve()
         self.images_dir = images_dir or self.working_dir / "images"
@@ -94,6 +95,7 @@ class CodeExecutor:
         self._sandbox = sandbox
         self._sandbox_config = sandbox_config
         self._spare_kernel = spare_kernel
+        self.audit_log = audit_log
         self._runtime_dir: Path | None = None
         self._tool_server: ToolServer | None = None
         self._kernels: KernelSupervisor | None = None
@@ -133,8 +135,13 @@ class CodeExecutor:
         kernels_dir.mkdir()
         command_prefix: list[str] = []
         if self._sandbox:
+            protected = [self.audit_log] if self.audit_log is not None else []
             command_prefix = sandbox_command(
-                self._sandbox_config, self._runtime_dir / "sandbox.json", kernels_dir, self.working_dir
+                self._sandbox_config,
+                self._runtime_dir / "sandbox.json",
+                kernels_dir,
+                self.working_dir,
+                protected,
             )
         socket_path = self._runtime_dir / "tools.sock"
         self._tool_server = ToolServer(
@@ -144,6 +151,7 @@ class CodeExecutor:
             approval_timeout=self._approval_timeout,
             connect_timeout=self._connect_timeout,
             path=socket_path,
+            audit_log=self.audit_log,
         )
         await self._tool_server.start()
         env = kernel_environment(self._kernel_env) | {ENDPOINT_VAR: str(socket_path)}
@@ -183,14 +191,12 @@ class CodeExecutor:
 
     async def execute(self, code: str, timeout: float = 120) -> CodeExecutionResult:
         """Run `code`, approving every tool call it makes, and return its result."""
-        async for item in self.stream(code, timeout=timeout):
-            if isinstance(item, ApprovalRequest):
-                await item.accept()
-            elif isinstance(item, CodeExecutionResult):
+        async for item in self._run(code, timeout, chunks=False, auto_approve=True):
+            if isinstance(item, CodeExecutionResult):
                 return item
-        raise AssertionError("stream() ended without a result")  # pragma: no cover
+        raise AssertionError("execution ended without a result")  # pragma: no cover
 
-    async def stream(
+    def stream(
         self, code: str, timeout: float = 120, chunks: bool = False
     ) -> AsyncIterator[ApprovalRequest | CodeExecutionChunk | CodeExecutionResult]:
         """Run `code`, yielding approval requests, output chunks (if `chunks`) and the final result.
@@ -199,6 +205,11 @@ class CodeExecutor:
         than `timeout` seconds (approval waits included); the cell is then interrupted and
         the kernel keeps its state.
         """
+        return self._run(code, timeout, chunks, auto_approve=False)
+
+    async def _run(
+        self, code: str, timeout: float, chunks: bool, auto_approve: bool
+    ) -> AsyncIterator[ApprovalRequest | CodeExecutionChunk | CodeExecutionResult]:
         async with self._lock:
             kernels = self._require_kernels()
             queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -214,6 +225,7 @@ class CodeExecutor:
 
             approval = self.tool_server.approval
             approval.connect(on_approval)
+            approval.auto_approve = auto_approve
             deadline = asyncio.get_running_loop().time() + timeout
             task = asyncio.create_task(kernels.execute(code, on_event, deadline))
             task.add_done_callback(lambda _: queue.put_nowait(_DONE))
@@ -232,7 +244,8 @@ class CodeExecutor:
                     _text(output),
                 ) from None
             finally:
-                approval.disconnect()
+                approval.disconnect(on_approval)
+                approval.auto_approve = False
                 if not task.done():
                     task.cancel()
                     with contextlib.suppress(BaseException):

@@ -49,6 +49,17 @@ def substitute(value: Any, env: Mapping[str, str]) -> Any:
     return value
 
 
+def placeholder_values(value: Any, env: Mapping[str, str]) -> set[str]:
+    """The values that `${VAR}` placeholders in `value` resolve to (to keep them out of logs)."""
+    if isinstance(value, str):
+        return {env[name] for name in _PLACEHOLDER.findall(value) if name in env}
+    if isinstance(value, Mapping):
+        return set().union(*(placeholder_values(v, env) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(placeholder_values(v, env) for v in value))
+    return set()
+
+
 def transport_of(params: Mapping[str, Any]) -> str:
     """Return "stdio", "streamable_http" or "sse", validating the parameters on the way."""
     if not isinstance(params, Mapping):

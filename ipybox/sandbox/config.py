@@ -151,7 +151,11 @@ def check_sandbox(config_path: Path | None) -> None:
 
 
 def sandbox_command(
-    config_path: Path | None, policy_file: Path, writable_dir: Path, working_dir: Path
+    config_path: Path | None,
+    policy_file: Path,
+    writable_dir: Path,
+    working_dir: Path,
+    protected: Sequence[Path] = (),
 ) -> list[str]:
     """The command prefix that runs a kernel under `srt` with the effective policy.
 
@@ -160,10 +164,11 @@ def sandbox_command(
     """
     srt = srt_executable()
     # The policy file lies under a writable path if the working directory holds the temp dir.
-    protected = [policy_file.absolute(), working_dir / WORKSPACE_CONFIG, working_dir / ".env"]
+    keep = [policy_file.absolute(), working_dir / WORKSPACE_CONFIG, working_dir / ".env"]
+    keep += [Path(p).absolute() for p in protected]
     if config_path is not None:
-        protected.append(Path(config_path).resolve())
-    policy = kernel_policy(load_config(config_path), writable_dir, protected)
+        keep.append(Path(config_path).resolve())
+    policy = kernel_policy(load_config(config_path), writable_dir, keep)
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
     return [srt, "--settings", str(policy_file), "--"]

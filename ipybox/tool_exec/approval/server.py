@@ -23,6 +23,12 @@ class ApprovalChannel:
         self.approval_required = approval_required
         self.approval_timeout = approval_timeout
         self._handler: ApprovalHandler | None = None
+        self.auto_approve = False  # set by the application for a stretch of calls it approves wholesale
+
+    @property
+    def automatic(self) -> bool:
+        """Whether requests are granted without asking anyone."""
+        return not self.approval_required or self.auto_approve
 
     @property
     def open(self) -> bool:
@@ -33,8 +39,10 @@ class ApprovalChannel:
         """Send future approval requests to `handler`."""
         self._handler = handler
 
-    def disconnect(self) -> None:
-        self._handler = None
+    def disconnect(self, handler: ApprovalHandler | None = None) -> None:
+        """Stop sending requests to the handler (only if it is still `handler`, when given)."""
+        if handler is None or self._handler is handler:
+            self._handler = None
 
     async def request(self, server_name: str, tool_name: str, tool_args: dict[str, Any]) -> bool:
         """Ask for approval; True if accepted, False if rejected.
@@ -42,7 +50,7 @@ class ApprovalChannel:
         Raises `RuntimeError` when no application is connected and `TimeoutError` when
         no decision arrives in time.
         """
-        if not self.approval_required:
+        if self.automatic:
             return True
         handler = self._handler
         if handler is None:

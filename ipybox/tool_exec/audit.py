@@ -1,0 +1,73 @@
+"""Audit trail: one JSON line per tool call with its approval decision, duration and outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+_MAX_FIELD = 2000
+
+
+class AuditLog:
+    """Appends tool call records to a JSON Lines file.
+
+    Values of secrets (whatever `${VAR}` placeholders resolved to) are replaced by `***`
+    wherever they would appear in a record.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._secrets: set[str] = set()
+
+    def add_secrets(self, values: Iterable[str]) -> None:
+        """Never write these values (e.g. resolved `${VAR}` placeholders)."""
+        self._secrets.update(v for v in values if len(v) >= 4)
+
+    def _redact(self, value: Any) -> Any:
+        if isinstance(value, str):
+            for secret in self._secrets:
+                value = value.replace(secret, "***")
+            return value[:_MAX_FIELD] + ("…" if len(value) > _MAX_FIELD else "")
+        if isinstance(value, dict):
+            return {k: self._redact(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._redact(v) for v in value]
+        return value
+
+    def record(
+        self,
+        *,
+        server_name: str,
+        tool_name: str,
+        tool_args: dict[str, Any],
+        decision: str,
+        outcome: str,
+        started: float,
+        error: str | None = None,
+    ) -> None:
+        """Write one record. `decision`: accepted, rejected, timed_out, auto or refused."""
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+            "server": server_name,
+            "tool": tool_name,
+            "args": tool_args,
+            "decision": decision,
+            "outcome": outcome,
+            "duration_ms": round((time.time() - started) * 1000, 2),
+        }
+        if error is not None:
+            entry["error"] = error
+        line = json.dumps(self._redact(entry), default=str) + "\n"
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
