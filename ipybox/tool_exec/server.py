@@ -10,11 +10,14 @@ import json
 import logging
 import secrets
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ipybox.mcp_connect import environment, placeholder_values
 from ipybox.tool_exec import registry
+from ipybox.tool_exec.audit import AuditLog
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
 from ipybox.tool_exec.connections import ConnectionPool, ToolCallError
@@ -49,11 +52,13 @@ class ToolServer:
         path: str | Path | None = None,
         servers: Mapping[str, Mapping[str, Any]] | None = None,
         call_timeout: float | None = None,
+        audit_log: Path | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.path = Path(path) if path else None
         self.approval = ApprovalChannel(approval_required, approval_timeout)
         self.approval_token = secrets.token_urlsafe(32)
+        self.audit = AuditLog(audit_log) if audit_log is not None else None
         self._servers = {name: dict(params) for name, params in (servers or {}).items()}
         self._pool = ConnectionPool(connect_timeout, call_timeout)
         self._listeners: list[asyncio.Server] = []
@@ -121,18 +126,42 @@ class ToolServer:
     async def run(
         self, server_name: str, server_params: Mapping[str, Any], tool_name: str, tool_args: dict[str, Any]
     ) -> dict[str, Any]:
-        """Approve and execute one tool call; returns the encoded result or raises `ToolCallError`."""
-        if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
-            raise ToolCallError(
-                f"MCP server {server_name!r} is not registered with these parameters, so it will not be "
-                "started. The application registers servers with generate_mcp_sources()."
-            )
+        """Approve and execute one tool call; returns the encoded result or raises `ToolCallError`.
+
+        Every call, refused or not, is written to the audit log if there is one.
+        """
+        started = time.time()
+        call = f"{server_name}.{tool_name}"
+        decision = "refused"
         try:
-            accepted = await self.approval.request(server_name, tool_name, tool_args)
-        except (RuntimeError, TimeoutError) as e:
-            raise ToolCallError(f"Tool call {server_name}.{tool_name} was not approved: {e}.") from None
-        if not accepted:
-            raise ToolCallError(f"Tool call {server_name}.{tool_name} was rejected by the application.")
+            if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
+                raise ToolCallError(
+                    f"MCP server {server_name!r} is not registered with these parameters, so it will not be "
+                    "started. The application registers servers with generate_mcp_sources()."
+                )
+            if self.audit is not None:
+                self.audit.add_secrets(placeholder_values(server_params, environment()))
+            decision = "auto" if self.approval.automatic else "timed_out"
+            try:
+                accepted = await self.approval.request(server_name, tool_name, tool_args)
+            except (RuntimeError, TimeoutError) as e:
+                raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
+            decision = "auto" if self.approval.automatic else ("accepted" if accepted else "rejected")
+            if not accepted:
+                raise ToolCallError(f"Tool call {call} was rejected by the application.")
+            encoded = await self._call(server_name, server_params, tool_name, tool_args)
+        except ToolCallError as e:
+            self._audit(server_name, tool_name, tool_args, decision, "error", started, str(e))
+            raise
+        except BaseException:
+            self._audit(server_name, tool_name, tool_args, decision, "cancelled", started)
+            raise
+        self._audit(server_name, tool_name, tool_args, decision, "ok", started)
+        return encoded
+
+    async def _call(
+        self, server_name: str, server_params: Mapping[str, Any], tool_name: str, tool_args: dict[str, Any]
+    ) -> dict[str, Any]:
         try:
             result = await self._pool.call(server_name, server_params, tool_name, tool_args)
         except ToolCallError:
@@ -145,6 +174,31 @@ class ToolServer:
         if result.is_error:
             raise ToolCallError(encoded["text"] or f"Tool {tool_name!r} reported an error without a message.")
         return encoded
+
+    def _audit(
+        self,
+        server_name: str,
+        tool_name: str,
+        tool_args: dict[str, Any],
+        decision: str,
+        outcome: str,
+        started: float,
+        error: str | None = None,
+    ) -> None:
+        if self.audit is None:
+            return
+        try:
+            self.audit.record(
+                server_name=server_name,
+                tool_name=tool_name,
+                tool_args=tool_args,
+                decision=decision,
+                outcome=outcome,
+                started=started,
+                error=error,
+            )
+        except OSError as e:
+            logger.error("cannot write the audit log %s: %s", self.audit.path, e)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -213,8 +267,7 @@ class ToolServer:
                 if request is not None:
                     await (request.accept() if answer.get("accepted") is True else request.reject())
         finally:
-            if self.approval._handler is forward:
-                self.approval.disconnect()
+            self.approval.disconnect(forward)
             for request in pending.values():
                 await request.reject()
 
