@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from ipybox.mcp_connect import environment, placeholder_values
 from ipybox.tool_exec import registry
-from ipybox.tool_exec.audit import AuditLog
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
+from ipybox.tool_exec.audit import AuditLog
 from ipybox.tool_exec.connections import ConnectionPool, ToolCallError
 
 if TYPE_CHECKING:
