@@ -112,7 +112,8 @@ def _tool_module_source(tool: ToolSpec) -> str:
     params = ModelWriter(tool.input_schema, reserved=_MODULE_NAMES)
     input_schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
     has_properties = bool(input_schema.get("properties"))
-    extra = "forbid" if has_properties and input_schema.get("additionalProperties") is not True else "allow"
+    additional = input_schema.get("additionalProperties")
+    extra = "forbid" if additional is False or (has_properties and additional is not True) else "allow"
     params.model("Params", input_schema, extra=extra, doc="Arguments of the tool.")
     parts.append(params.source)
 

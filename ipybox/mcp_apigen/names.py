@@ -37,7 +37,9 @@ def module_name(tool_name: str) -> str:
 def class_name(name: str) -> str:
     """A PascalCase class name."""
     parts = [p for p in _NOT_IDENT.split(_ascii(name)) if p]
-    ident = "".join(p[:1].upper() + p[1:] for p in parts)[:_MAX_LEN] or "Model"
+    # no leading underscores: a `__name` in a class body would be name-mangled
+    ident = "".join(p[:1].upper() + p[1:] for p in parts).lstrip("_")
+    ident = (ident[:1].upper() + ident[1:])[:_MAX_LEN] or "Model"
     return f"Model{ident}" if ident[0].isdigit() else ident
 
 

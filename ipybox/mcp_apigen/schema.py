@@ -210,9 +210,13 @@ class ModelWriter:
             lines.append(docstring(description, "    "))
             lines.append("")
         lines.append(f"    model_config = {'_CLOSED' if extra == 'forbid' else '_OPEN'}")
-        fields = UniqueNames(MODEL_RESERVED | _ANNOTATION_NAMES | {name}, ignore_case=False)
+        # A property whose name is a valid field name keeps it; the others get names that are no
+        # property's name, since a field's name must not match another field's (wire) alias.
+        wire_names = {str(prop) for prop in properties or {}}
+        fields = UniqueNames(MODEL_RESERVED | _ANNOTATION_NAMES | {name} | wire_names, ignore_case=False)
         for prop, prop_schema in (properties or {}).items():
-            field = fields.claim(_field_name(str(prop)))
+            own = _field_name(str(prop)) == prop and prop != name
+            field = str(prop) if own else fields.claim(_field_name(str(prop)))
             hint = class_name(field)
             if not self._class_names.available(hint):
                 hint = f"{name}{hint}"

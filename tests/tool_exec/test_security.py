@@ -1,0 +1,258 @@
+"""Attacks from kernel code on the tool server; each must fail to get through.
+
+Kernel code can reach the tool server's socket (its path is in the kernel's environment), so
+it can send any request. The tool server must only start servers the application registered,
+must not let kernel code approve tool calls, and must ask the application about every call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from servers.launch import nasty_params
+
+from ipybox import (
+    ApprovalRequest,
+    CodeExecutionError,
+    CodeExecutionResult,
+    CodeExecutor,
+    generate_mcp_sources,
+)
+
+from .conftest import Workspace
+
+#: Kernel code defining `raw(request)`: one JSON request over the tool server's socket, one reply.
+RAW_CLIENT = """
+import json, os, socket
+
+def connect():
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.environ["IPYBOX_TOOL_SERVER"])
+    return sock
+
+def read_reply(sock):
+    data = b""
+    while not data.endswith(b"\\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return json.loads(data) if data else None
+
+def raw(request):
+    with connect() as sock:
+        sock.sendall(json.dumps(request).encode() + b"\\n")
+        return read_reply(sock)
+"""
+
+
+async def collect(
+    executor: CodeExecutor, code: str, decide: Callable[[ApprovalRequest], str] = lambda r: "reject"
+) -> tuple[list[ApprovalRequest], CodeExecutionResult | CodeExecutionError]:
+    requests: list[ApprovalRequest] = []
+    try:
+        async for item in executor.stream(code, timeout=60):
+            if isinstance(item, ApprovalRequest):
+                requests.append(item)
+                await (item.accept() if decide(item) == "accept" else item.reject())
+            elif isinstance(item, CodeExecutionResult):
+                return requests, item
+    except CodeExecutionError as e:
+        return requests, e
+    raise AssertionError("stream() ended without a result")
+
+
+def replies(result: CodeExecutionResult | CodeExecutionError) -> list[dict[str, object]]:
+    """The JSON lines kernel code printed."""
+    assert isinstance(result, CodeExecutionResult), result
+    assert result.text is not None
+    return [json.loads(line) for line in result.text.splitlines()]
+
+
+@pytest.fixture
+async def attacker(executor: CodeExecutor) -> CodeExecutor:
+    await executor.execute(RAW_CLIENT)
+    return executor
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("server_name", ["evil", "nasty"])
+async def test_unregistered_server_params_are_refused(
+    attacker: CodeExecutor, tmp_path: Path, server_name: str
+) -> None:
+    marker = tmp_path / f"pwned-{server_name}"
+    evil = {"command": "touch", "args": [str(marker)]}
+    code = f"""
+print(json.dumps(raw({{"op": "run", "server_name": {server_name!r}, "server_params": {evil!r},
+                       "tool_name": "echo", "tool_args": {{"message": "x"}}}})))
+print(json.dumps(raw({{"op": "run", "server_name": {server_name!r},
+                       "server_params": {{"command": "sh", "args": ["-c", "touch {marker}"]}},
+                       "tool_name": "echo", "tool_args": {{}}}})))
+"""
+    requests, result = await collect(attacker, code, lambda r: "accept")
+    assert requests == []  # refused before anyone is asked
+    for reply in replies(result):
+        assert reply["ok"] is False
+        assert "not registered" in str(reply["error"])
+    assert not marker.exists()
+
+
+@pytest.mark.timeout(60)
+async def test_registered_params_under_another_name_are_refused(attacker: CodeExecutor) -> None:
+    code = f"""
+print(json.dumps(raw({{"op": "run", "server_name": "other", "server_params": {nasty_params()!r},
+                       "tool_name": "echo", "tool_args": {{"message": "x"}}}})))
+"""
+    requests, result = await collect(attacker, code, lambda r: "accept")
+    assert requests == []
+    [reply] = replies(result)
+    assert reply["ok"] is False and "not registered" in str(reply["error"])
+
+
+@pytest.mark.timeout(60)
+async def test_malformed_requests_are_refused(attacker: CodeExecutor) -> None:
+    code = """
+with connect() as sock:
+    for line in [b"not json", b"[1, 2]", b'{"op": "shutdown"}', b'{"id": 0, "accepted": true}']:
+        sock.sendall(line + b"\\n")
+        print(json.dumps(read_reply(sock)))
+"""
+    requests, result = await collect(attacker, code, lambda r: "accept")
+    assert requests == []
+    answers = replies(result)
+    assert len(answers) == 4
+    assert all(answer["ok"] is False for answer in answers)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("hello", [{"op": "approve", "token": "guessed-token"}, {"op": "approve"}])
+async def test_kernel_cannot_become_the_approval_client(
+    attacker: CodeExecutor, hello: dict[str, str]
+) -> None:
+    code = f"""
+hijack = connect()
+hijack.sendall(json.dumps({hello!r}).encode() + b"\\n")
+print(json.dumps(read_reply(hijack)))
+hijack.settimeout(5)
+print(json.dumps({{"closed": hijack.recv(1) == b""}}))
+"""
+    requests, result = await collect(attacker, code, lambda r: "accept")
+    assert requests == []
+    refusal, closed = replies(result)
+    assert refusal["ok"] is False and "token" in str(refusal["error"])
+    assert closed == {"closed": True}
+
+    # a tool call from the kernel still goes to the application, which rejects it
+    code = """
+from mcptools.nasty import echo
+print(json.dumps({"ok": True, "result": echo.run(echo.Params(message="sneaky"))}))
+"""
+    requests, outcome = await collect(attacker, code, lambda r: "reject")
+    assert [(r.server_name, r.tool_name, r.tool_args) for r in requests] == [
+        ("nasty", "echo", {"message": "sneaky"})
+    ]
+    assert isinstance(outcome, CodeExecutionError)
+    assert "rejected" in str(outcome)
+
+
+@pytest.mark.timeout(60)
+async def test_kernel_holding_an_approval_socket_cannot_approve(attacker: CodeExecutor) -> None:
+    """An open connection that tried to approve and a pending call on another connection."""
+    code = """
+import threading
+from mcptools.nasty import echo
+hijack = connect()
+hijack.sendall(json.dumps({"op": "approve", "token": ""}).encode() + b"\\n")
+refusal = read_reply(hijack)
+
+def approve_everything():  # answers any request the server might forward to it
+    try:
+        hijack.sendall(json.dumps({"id": 0, "accepted": True}).encode() + b"\\n")
+    except OSError:
+        pass
+
+threading.Thread(target=approve_everything).start()
+try:
+    echo.run(echo.Params(message="sneaky"))
+    print(json.dumps({"ok": True}))
+except Exception as e:
+    print(json.dumps({"ok": False, "error": str(e), "refusal": refusal}))
+"""
+    requests, result = await collect(attacker, code, lambda r: "reject")
+    assert len(requests) == 1
+    [reply] = replies(result)
+    assert reply["ok"] is False
+    assert "rejected" in str(reply["error"])
+    assert reply["refusal"] == {"ok": False, "error": "wrong approval token"}
+
+
+@pytest.mark.timeout(60)
+async def test_direct_call_with_registered_params_still_needs_approval(attacker: CodeExecutor) -> None:
+    code = """
+from mcptools.nasty import SERVER_NAME, SERVER_PARAMS
+request = {"op": "run", "server_name": SERVER_NAME, "server_params": SERVER_PARAMS,
+           "tool_name": "echo", "tool_args": {"message": "direct"}}
+print(json.dumps(raw(request)))
+print(json.dumps(raw(request)))
+"""
+    decisions = iter(["reject", "accept"])
+    requests, result = await collect(attacker, code, lambda r: next(decisions))
+    assert [(r.server_name, r.tool_name, r.tool_args) for r in requests] == [
+        ("nasty", "echo", {"message": "direct"})
+    ] * 2
+    rejected, accepted = replies(result)
+    assert rejected["ok"] is False and "rejected" in str(rejected["error"])
+    assert accepted["ok"] is True
+    assert isinstance(accepted["result"], dict) and accepted["result"]["text"] == "direct"
+
+
+@pytest.mark.timeout(60)
+async def test_editing_generated_server_params_is_refused(tmp_path: Path) -> None:
+    await generate_mcp_sources("nasty", nasty_params(), tmp_path / "mcptools")
+    marker = tmp_path / "pwned-by-edit"
+    init = tmp_path / "mcptools" / "nasty" / "__init__.py"
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
+        code = f"""
+import pathlib, re
+init = pathlib.Path("mcptools/nasty/__init__.py")
+evil = {{"command": "touch", "args": [{str(marker)!r}]}}
+init.write_text(re.sub(r"SERVER_PARAMS = .*", "SERVER_PARAMS = " + repr(evil), init.read_text()))
+from mcptools.nasty import echo
+print(echo.SERVER_PARAMS == evil)
+echo.run(echo.Params(message="x"))
+"""
+        requests, outcome = await collect(executor, code, lambda r: "accept")
+        assert requests == []
+        assert isinstance(outcome, CodeExecutionError)
+        assert "not registered" in str(outcome)
+        assert outcome.output == "True"
+        assert "touch" in init.read_text()
+        assert not marker.exists()
+
+        # extra keys (an env that injects code into the registered command) are refused too
+        params = nasty_params() | {"env": {"PYTHONSTARTUP": "evil.py"}}
+        code = f"""
+from ipybox import ToolRunner
+from mcptools.nasty import SERVER_NAME
+ToolRunner(SERVER_NAME, {params!r}).run_sync("echo", {{"message": "x"}})
+"""
+        requests, outcome = await collect(executor, code, lambda r: "accept")
+        assert requests == []
+        assert isinstance(outcome, CodeExecutionError) and "not registered" in str(outcome)
+
+
+@pytest.mark.timeout(60)
+async def test_registered_workspace_is_what_the_server_runs(
+    workspace: Workspace, attacker: CodeExecutor
+) -> None:
+    """Sanity check for the attacks above: the same socket and params do work when approved."""
+    code = """
+from mcptools.nasty import echo
+print(json.dumps({"ok": True, "result": echo.run(echo.Params(message="fine"))}))
+"""
+    requests, result = await collect(attacker, code, lambda r: "accept")
+    assert len(requests) == 1
+    assert replies(result) == [{"ok": True, "result": "fine"}]
