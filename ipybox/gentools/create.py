@@ -23,6 +23,16 @@ def _check_identifier(kind: str, value: str) -> None:
         raise ValueError(f"{kind} must be a lowercase Python identifier like 'github', got {value!r}.")
 
 
+def _docstring_text(description: str) -> str:
+    """`description` on one line and safe inside a triple-quoted docstring.
+
+    Double quotes become single quotes (a trailing `"` would end the docstring early),
+    backslashes become slashes, and control characters are dropped.
+    """
+    text = "".join(c for c in " ".join(description.split()) if c.isprintable())
+    return text.replace("\\", "/").replace('"', "'").strip()
+
+
 def create_gentool(category: str, name: str, description: str, root: Path | str = "gentools") -> Path:
     """Create `root/<category>/<name>/` (`__init__.py`, `api.py`, `impl.py`) from the template.
 
@@ -31,19 +41,19 @@ def create_gentool(category: str, name: str, description: str, root: Path | str 
     """
     _check_identifier("category", category)
     _check_identifier("name", name)
-    description = " ".join(description.split()).replace('"""', "'''").replace("\\", "/") or name
+    description = _docstring_text(description) or name
     root = Path(root)
     target = root / category / name
     if target.exists():
         raise FileExistsError(f"{target} already exists; pick another name or edit its files.")
     values = {"category": category, "name": name, "description": description}
     files = {
-        tmpl.name.removesuffix(".tmpl"): Template(tmpl.read_text()).substitute(values)
+        tmpl.name.removesuffix(".tmpl"): Template(tmpl.read_text(encoding="utf-8")).substitute(values)
         for tmpl in sorted(template_dir().glob("*.py.tmpl"))
     }
     target.mkdir(parents=True)
     for package in (root, root / category):
         (package / "__init__.py").touch(exist_ok=True)
     for filename, text in files.items():
-        (target / filename).write_text(text)
+        (target / filename).write_text(text, encoding="utf-8")
     return target

@@ -146,7 +146,7 @@ def _parser_sections(package: Path) -> dict[str, str]:
     """Output parsers added to existing modules (below `PARSER_MARKER`), by module name."""
     sections: dict[str, str] = {}
     for path in package.glob("*.py") if package.is_dir() else []:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
         if PARSER_MARKER in text:
             sections[path.stem] = text[text.index(PARSER_MARKER) :]
     return sections

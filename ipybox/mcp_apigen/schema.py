@@ -10,10 +10,18 @@ from typing import Any
 from ipybox.mcp_apigen.names import MODEL_RESERVED, UniqueNames, class_name, identifier
 
 _SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
-#: Names the generated code uses in annotations; a field must not shadow them in a class body.
-_ANNOTATION_NAMES = {"Any", "Literal", "Enum", "Field", "BaseModel", "RootModel", "ConfigDict"} | set(
-    dir(builtins)
-)
+#: Names the generated code uses in class bodies; a field must not shadow them there.
+_ANNOTATION_NAMES = {"Any", "Literal", "Enum", "Field", "BaseModel", "RootModel", "ConfigDict", "None"} | {
+    "str",
+    "int",
+    "float",
+    "bool",
+    "list",
+    "dict",
+    "tuple",
+}
+#: Module-level names a generated class must not take.
+_MODULE_RESERVED = _ANNOTATION_NAMES | set(dir(builtins))
 
 
 def py_literal(value: Any) -> str:
@@ -50,7 +58,7 @@ class ModelWriter:
     def __init__(self, root: dict[str, Any], reserved: set[str]) -> None:
         self._root = root
         self._classes: list[str] = []
-        self._class_names = UniqueNames(reserved | _ANNOTATION_NAMES)
+        self._class_names = UniqueNames(reserved | _MODULE_RESERVED)
         self._refs: dict[str, str] = {}
         self._pending: set[str] = set()  # $ref classes whose definition is not yet complete
         self._models: list[str] = []
@@ -214,6 +222,7 @@ class ModelWriter:
         # property's name, since a field's name must not match another field's (wire) alias.
         wire_names = {str(prop) for prop in properties or {}}
         fields = UniqueNames(MODEL_RESERVED | _ANNOTATION_NAMES | {name} | wire_names, ignore_case=False)
+        specs = []
         for prop, prop_schema in (properties or {}).items():
             own = _field_name(str(prop)) == prop and prop != name
             field = str(prop) if own else fields.claim(_field_name(str(prop)))
@@ -222,7 +231,11 @@ class ModelWriter:
                 hint = f"{name}{hint}"
             annotation = self.annotation(prop_schema, hint)
             forward = any(re.search(rf"\b{p}\b", annotation) for p in self._pending)
-            lines.append(self._field(field, str(prop), annotation, prop_schema, prop in required, forward))
+            specs.append((field, str(prop), annotation, prop_schema, prop in required, forward))
+        for field, wire, annotation, prop_schema, is_required, forward in specs:
+            if field in self.names:  # a field named like a class would hide it from later annotations
+                field = fields.claim(f"{field}_")
+            lines.append(self._field(field, wire, annotation, prop_schema, is_required, forward))
         self._models.append(name)
         self._classes[placeholder] = "\n".join(lines)
         # nested classes were appended after the placeholder; move this class after them

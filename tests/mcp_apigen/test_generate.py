@@ -491,8 +491,8 @@ print(np.run(np.Params(
     self="me",
 )))
 print(mp.run(mp.Params(
-    return_="r", None_="n", True_=False, async_="a", await_="aw", lambda_="l", import_="i", type_="t", id_=1,
-    json_="j", name="nm", arguments={{"x": 1}}, args=["a"], kwargs={{"k": "v"}}, user_name="underscore",
+    return_="r", None_="n", True_=False, async_="a", await_="aw", lambda_="l", import_="i", type="t", id=1,
+    json="j", name="nm", arguments={{"x": 1}}, args=["a"], kwargs={{"k": "v"}}, user_name="underscore",
     user_name_2="hyphen",
 )))
 print(np.run(np.Params(**{{"class": "c", "from": "f", "self": "s", "user-name": "alias", "123abc": 1}})))
@@ -586,7 +586,7 @@ async def test_result_models_for_output_schemas(
 import json
 from {nasty_api.name} import structured_output as so, ref_output as ro, array_output as ao
 r = so.run(so.Params(user_id=5))
-print(json.dumps([type(r) is so.Result, r.user.id_, r.user.address.city, r.user.tags, r.received]))
+print(json.dumps([type(r) is so.Result, r.user.id, r.user.address.city, r.user.tags, r.received]))
 r = ro.run(ro.Params(n=3))
 print(json.dumps([type(r) is ro.Result, type(r.origin).__name__, [p.y for p in r.points], r.received]))
 r = ro.run(ro.Params())

@@ -1,0 +1,1 @@
+"""Tests of saved code actions (`ipybox.gentools`)."""
