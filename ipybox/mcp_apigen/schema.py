@@ -64,6 +64,7 @@ class ModelWriter:
         self._models: list[str] = []
         self.recursive = False
         self.names: set[str] = set()  # every class or alias this writer defined
+        self._defined: set[str] = set()  # names defined as classes (models and enums)
 
     @property
     def source(self) -> str:
@@ -136,7 +137,10 @@ class ModelWriter:
         self._pending.add(name)
         annotation = self.annotation(target, name)
         self._pending.discard(name)
-        if annotation != name:  # the target is not a model: alias it
+        if name not in self._defined:  # the target is not a model or enum: alias it
+            # A type that refers to itself without a model in between cannot be spelled as an
+            # alias; the self-reference becomes Any.
+            annotation = re.sub(rf"\b{re.escape(name)}\b", "Any", annotation)
             self._refs[ref] = annotation
             self._classes.append(f"{name} = {annotation}")
         return annotation
@@ -184,6 +188,7 @@ class ModelWriter:
             return self._literal(values)
         name = self.claim(class_name(hint))
         members = UniqueNames()
+        self._defined.add(name)
         lines = [f"class {name}(str, Enum):"]
         for value in dict.fromkeys(values):
             member = members.claim(identifier(value, fallback="value") if value else "empty")
@@ -212,6 +217,7 @@ class ModelWriter:
         required = set(schema.get("required") or []) if isinstance(schema.get("required"), list) else set()
         placeholder = len(self._classes)
         self._classes.append("")  # keep definition order: dependencies are appended after this slot
+        self._defined.add(name)
         lines = [f"class {name}(BaseModel):"]
         description = doc if doc is not None else schema.get("description")
         if isinstance(description, str) and description.strip():
