@@ -77,7 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("ipybox").setLevel(args.log_level)
 
     workspace = args.workspace.expanduser().resolve()
-    workspace.mkdir(parents=True, exist_ok=True)
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        reason = "it is not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
+        sys.exit(f"ipybox: cannot use {workspace} as the workspace: {reason}")
     if args.sandbox_config is not None:
         args.sandbox_config = args.sandbox_config.expanduser().resolve()
     os.chdir(workspace)  # the kernel's working directory, and where `.env` is read

@@ -9,7 +9,9 @@ import logging
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import AsyncIterator
@@ -58,6 +60,7 @@ class Workspace:
         self.root = options.workspace
         self._executors: dict[int, tuple[weakref.ref[Any], CodeExecutor]] = {}
         self._starting: dict[int, asyncio.Task[CodeExecutor]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
 
     @property
@@ -79,6 +82,7 @@ class Workspace:
             sandbox=self.options.sandbox,
             sandbox_config=self.options.sandbox_config,
             working_dir=self.root,
+            audit_log=self.root / ".ipybox" / "audit.jsonl",
             log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
         )
 
@@ -97,8 +101,24 @@ class Workspace:
             executor = await asyncio.shield(task)
         finally:
             self._starting.pop(key, None)
+        if key not in self._executors:
+            stack = getattr(session, "exit_stack", None)  # a client connection: stop its kernel on close
+            if isinstance(stack, contextlib.AsyncExitStack):
+                stack.callback(self.release, session)
         self._executors[key] = (weakref.ref(session), executor)
         return executor
+
+    def release(self, session: object) -> None:
+        """Stop the executor of a client session that has ended."""
+        entry = self._executors.get(id(session))
+        if entry is not None and entry[0]() is session:
+            del self._executors[id(session)]
+            self._stop_later(entry[1])
+
+    def _stop_later(self, executor: CodeExecutor) -> None:
+        task = asyncio.create_task(executor.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     async def _start(self, executor: CodeExecutor) -> CodeExecutor:
         await executor.start()
@@ -113,7 +133,7 @@ class Workspace:
         for key, (ref, executor) in list(self._executors.items()):
             if ref() is None:
                 del self._executors[key]
-                asyncio.create_task(executor.stop())
+                self._stop_later(executor)
 
     def executors(self) -> list[CodeExecutor]:
         return [executor for _, executor in self._executors.values()]
@@ -124,7 +144,7 @@ class Workspace:
         starting = await asyncio.gather(*self._starting.values(), return_exceptions=True)
         executors = self.executors() + [e for e in starting if isinstance(e, CodeExecutor)]
         self._executors.clear()
-        await asyncio.gather(*(e.stop() for e in executors), return_exceptions=True)
+        await asyncio.gather(*(e.stop() for e in executors), *self._stopping, return_exceptions=True)
 
 
 def create_server(options: ServerOptions) -> MCPServer[Any]:
@@ -136,6 +156,7 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
     async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
         if not options.per_session:
             workspace.prewarm(stdio_session)
+            _close_on_signals(workspace)
         try:
             yield
         finally:
@@ -149,7 +170,11 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
     )
 
     def session_of(ctx: Context[Any, Any]) -> object:
-        return ctx.session if options.per_session else stdio_session
+        if not options.per_session:
+            return stdio_session
+        # The SDK builds a new ServerSession for every request; the client's connection is what
+        # lives as long as its (HTTP) session, so it keys the kernel.
+        return getattr(ctx.session, "_connection", None) or ctx.session
 
     @server.tool()
     async def register_mcp_server(server_name: str, server_params: dict[str, Any]) -> str:
@@ -196,13 +221,19 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
         """
         if not code.strip():
             raise ToolError("code is empty: pass the Python source to run.")
+        if not timeout > 0:
+            raise ToolError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+        if max_output_chars < 1:
+            raise ToolError(f"max_output_chars must be at least 1, got {max_output_chars!r}.")
         executor = await workspace.executor(session_of(ctx))
         spill = workspace.root / ".ipybox" / "outputs"
         result: CodeExecutionResult | None = None
+        chunks = 0
         try:
             async for item in executor.stream(code, timeout=timeout, chunks=True):
                 if isinstance(item, CodeExecutionChunk):
-                    await _stream_to_client(ctx, item.text)
+                    chunks += 1
+                    await _stream_to_client(ctx, item.text, chunks)
                 elif isinstance(item, CodeExecutionResult):
                     result = item
                 else:
@@ -249,13 +280,58 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
     return server
 
 
-async def _stream_to_client(ctx: Context[Any, Any], text: str) -> None:
-    """Forward a chunk of output while the cell runs: as progress (if the client asked for it) and log."""
+async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) -> None:
+    """Forward a chunk of output while the cell runs: as progress (if the client asked for it) and log.
+
+    `progress` counts the chunks: the protocol requires it to increase with every notification.
+    """
     with contextlib.suppress(Exception):
-        await ctx.report_progress(0, message=text)
+        await ctx.report_progress(progress, message=text)
     with contextlib.suppress(Exception), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging notifications are deprecated in newer protocol versions
         await ctx.log("info", text, logger_name="ipybox.output")
+
+
+def _close_on_signals(workspace: Workspace) -> None:
+    """On SIGTERM (how clients stop a stdio server) or Ctrl-C, stop the kernels, then exit.
+
+    A sandboxed kernel does not notice that ipybox is gone, so dying without stopping it would
+    leave it running; and a stdio server blocked on reading stdin would not stop on Ctrl-C.
+    A signal is only taken over if nothing but Python's (or asyncio's) default handles it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    loop = asyncio.get_running_loop()
+    closing: set[asyncio.Task[None]] = set()
+
+    async def close_and_exit(signum: signal.Signals) -> None:
+        try:
+            await asyncio.wait_for(workspace.close(), 10)
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)  # exit with the signal's default action
+
+    def on_signal(signum: signal.Signals) -> None:
+        logger.info("%s: stopping the kernels", signum.name)
+        for taken in (signal.SIGTERM, signal.SIGINT):  # a second signal ends ipybox at once
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(taken)
+                signal.signal(taken, signal.SIG_DFL)
+        task = loop.create_task(close_and_exit(signum))
+        closing.add(task)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        if _is_default_handler(signal.getsignal(signum)):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # none on Windows
+                loop.add_signal_handler(signum, on_signal, signum)
+
+
+def _is_default_handler(handler: object) -> bool:
+    """Python's default handling, or asyncio.run's own SIGINT handler (which cancels the main task)."""
+    if handler in (signal.SIG_DFL, signal.default_int_handler):
+        return True
+    owner = getattr(getattr(handler, "func", None), "__self__", None)
+    return isinstance(owner, asyncio.Runner)
 
 
 class _SharedSession:

@@ -1,0 +1,134 @@
+"""The `ipybox` command: help, and failing fast with a clear message on bad options."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+IPYBOX = Path(sys.executable).parent / "ipybox"
+OPTIONS = ["--workspace", "--sandbox", "--sandbox-config", "--transport", "--host", "--port", "--log-level"]
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def ipybox(*args: str, cwd: Path | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run the command with stdin open (a server would wait on it) and a clean environment."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ["HOME"]}
+    if cwd is not None:
+        env["IPYBOX_STATE_DIR"] = str(cwd / "state")
+    return subprocess.run(
+        [str(IPYBOX), *args],
+        input="",  # EOF: a server that starts by mistake exits instead of hanging
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def test_console_script_is_installed() -> None:
+    assert IPYBOX.is_file()
+
+
+def test_help_mentions_every_option() -> None:
+    result = ipybox("--help")
+
+    assert result.returncode == 0, result.stderr
+    for option in OPTIONS:
+        assert option in result.stdout, option
+    for word in ["register_mcp_server", "execute_ipython_cell", "KERNEL_ENV_", ".env", "streamable-http"]:
+        assert word in result.stdout, word
+
+
+def test_module_entry_point_has_the_same_help() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ipybox.mcp_server", "--help"], capture_output=True, text=True, timeout=30
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ipybox("--help").stdout
+
+
+def test_missing_sandbox_config_fails_before_serving(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent.json"
+    result = ipybox(
+        "--workspace", str(tmp_path / "ws"), "--sandbox", "--sandbox-config", str(missing), cwd=tmp_path
+    )
+
+    assert result.returncode != 0
+    assert str(missing) in result.stderr
+    assert "not found" in result.stderr.lower()
+    assert result.stdout == ""  # nothing was served
+    assert "Traceback" not in result.stderr
+
+
+def test_invalid_sandbox_config_names_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "policy.json"
+    config.write_text("{not json")
+    result = ipybox(
+        "--workspace", str(tmp_path / "ws"), "--sandbox", "--sandbox-config", str(config), cwd=tmp_path
+    )
+
+    assert result.returncode != 0
+    assert str(config) in result.stderr and "JSON" in result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+
+
+def test_workspace_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file.txt"
+    not_a_dir.write_text("x")
+    result = ipybox("--workspace", str(not_a_dir), cwd=tmp_path)
+
+    assert result.returncode != 0
+    assert str(not_a_dir) in result.stderr and "not a directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "word"),
+    [
+        (["--transport", "sse2"], "--transport"),
+        (["--port", "eighty"], "--port"),
+        (["--log-level", "LOUD"], "--log-level"),
+        (["--no-such-option"], "--no-such-option"),
+    ],
+)
+def test_bad_option_values_are_usage_errors(tmp_path: Path, args: list[str], word: str) -> None:
+    result = ipybox(*args, cwd=tmp_path)
+
+    assert result.returncode == 2
+    assert word in result.stderr and "usage: ipybox" in result.stderr
+
+
+def test_port_in_use_fails_with_a_message(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = ipybox(
+            "--workspace",
+            str(tmp_path / "ws"),
+            "--transport",
+            "streamable-http",
+            "--port",
+            str(port),
+            cwd=tmp_path,
+        )
+
+    assert result.returncode != 0
+    assert "address already in use" in result.stderr.lower()
+
+
+def test_stdio_server_creates_the_workspace_and_exits_on_eof(tmp_path: Path) -> None:
+    workspace = tmp_path / "new" / "workspace"
+    result = ipybox("--workspace", str(workspace), cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert workspace.is_dir()
+    assert result.stdout == ""
