@@ -155,6 +155,11 @@ class CodeExecutor:
         )
         await self._tool_server.start()
         env = kernel_environment(self._kernel_env) | {ENDPOINT_VAR: str(socket_path)}
+        if self._sandbox:
+            # srt sets the kernel's TMPDIR to $CLAUDE_CODE_TMPDIR, else to a /tmp/claude that need not
+            # exist; without a writable TMPDIR ipykernel cannot run a cell unless "." is writable.
+            (kernels_dir / "tmp").mkdir()
+            env = {"CLAUDE_CODE_TMPDIR": str(kernels_dir / "tmp")} | env
         self._kernels = KernelSupervisor(
             kernels_dir,
             self.working_dir,
@@ -191,10 +196,15 @@ class CodeExecutor:
 
     async def execute(self, code: str, timeout: float = 120) -> CodeExecutionResult:
         """Run `code`, approving every tool call it makes, and return its result."""
+        result: CodeExecutionResult | None = None
+        # Run the generator to its end rather than returning from the loop: it releases the
+        # executor right away instead of whenever the abandoned generator gets finalized.
         async for item in self._run(code, timeout, chunks=False, auto_approve=True):
             if isinstance(item, CodeExecutionResult):
-                return item
-        raise AssertionError("execution ended without a result")  # pragma: no cover
+                result = item
+        if result is None:
+            raise AssertionError("execution ended without a result")  # pragma: no cover
+        return result
 
     def stream(
         self, code: str, timeout: float = 120, chunks: bool = False

@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
@@ -128,12 +129,16 @@ class Kernel:
             start_new_session=True,
         )
         self._exited = asyncio.create_task(self._process.wait())
-        client = AsyncKernelClient()
-        client.load_connection_file(str(conn_file))
-        client.start_channels()
+        try:  # e.g. a socket path too long for ipc: leave no kernel behind
+            client = AsyncKernelClient()
+            client.load_connection_file(str(conn_file))
+            client.start_channels(hb=False)  # the process itself is watched; no heartbeat thread needed
+        except BaseException:
+            await asyncio.shield(self.stop())
+            raise
         self._client = client
         try:
-            await self._race(client.wait_for_ready(timeout=timeout), timeout)
+            await self._race(self._wait_ready(client), timeout)
         except (KernelDied, RuntimeError, TimeoutError) as e:
             stderr = await self._read_stderr()
             await self.stop()
@@ -143,6 +148,25 @@ class Kernel:
             raise
         if self._process.stderr is not None:
             self._stderr_task = asyncio.create_task(self._discard(self._process.stderr))
+
+    @staticmethod
+    async def _wait_ready(client: AsyncKernelClient) -> None:
+        """Wait until the kernel answers a kernel_info request and iopub delivers messages.
+
+        What `client.wait_for_ready()` checks, without its closing 0.2 s wait for more iopub
+        messages: stale ones are skipped anyway, as they belong to no execute request.
+        """
+        while True:
+            client.kernel_info()
+            try:
+                reply = await client.get_shell_msg(timeout=1)
+                if reply["msg_type"] != "kernel_info_reply":
+                    continue
+                await client.get_iopub_msg(timeout=0.2)  # iopub_welcome or status: iopub is connected
+            except Empty:
+                continue
+            client._handle_kernel_info_reply(reply)
+            return
 
     @staticmethod
     async def _discard(stream: asyncio.StreamReader) -> None:
@@ -187,6 +211,8 @@ class Kernel:
             task.cancel()
             raise
         if task in done:
+            if task.cancelled():  # its sockets were closed: the kernel was stopped meanwhile
+                raise KernelDied(self.returncode)
             return task.result()
         task.cancel()
         with contextlib.suppress(BaseException):

@@ -71,7 +71,8 @@ class KernelSupervisor:
         try:
             return await kernel.execute(code, on_event, deadline)
         except KernelDied:
-            await self.replace()
+            if self._kernel is kernel:  # not replaced by a reset, nor stopped, meanwhile
+                await self.replace()
             raise
 
     async def replace(self) -> None:

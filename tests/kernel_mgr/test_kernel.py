@@ -6,7 +6,6 @@ import asyncio
 import base64
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -101,7 +100,9 @@ def test_output_collector_orders_events_and_decodes_images() -> None:
         return {"msg_type": msg_type, "content": content}
 
     collector.add(msg("stream", {"name": "stdout", "text": "\x1b[32mout\x1b[0m\n"}))
-    collector.add(msg("display_data", {"data": {"image/png": base64.b64encode(b"png").decode(), "text/plain": "x"}}))
+    collector.add(
+        msg("display_data", {"data": {"image/png": base64.b64encode(b"png").decode(), "text/plain": "x"}})
+    )
     collector.add(msg("execute_result", {"data": {"text/plain": "42", "text/html": "<b>42</b>"}}))
     collector.add(msg("status", {"execution_state": "busy"}))
     assert collector.error is None
@@ -252,6 +253,7 @@ async def test_kernel_stop_kills_process_group(kernel: Kernel) -> None:
     assert await _eventually(lambda: not any(_pid_alive(pid) for pid in pids))
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 async def test_kernel_start_failure_is_reported(runtime_dir: Path, tmp_path: Path) -> None:
     kernel = Kernel(runtime_dir, tmp_path, kernel_environment({}), command_prefix=["false"])
     with pytest.raises(RuntimeError, match="failed to start"):
@@ -274,10 +276,11 @@ async def test_orphaned_kernel_exits_when_parent_dies(tmp_path: Path) -> None:
         "    os._exit(0)\n"
         "asyncio.run(main())\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, str(tmp_path), stdout=asyncio.subprocess.PIPE
     )
-    pid = int(result.stdout)
+    stdout, _ = await asyncio.wait_for(process.communicate(), 60)
+    pid = int(stdout)
     assert await _eventually(lambda: not _pid_alive(pid), timeout=10)
 
 
@@ -355,7 +358,9 @@ async def test_supervisor_stop_stops_all_kernels(runtime_dir: Path, tmp_path: Pa
     await supervisor.stop()  # stops the current kernel, the new spare (maybe still starting), the retired one
     assert None not in pids and len(pids) == 2
     assert await _eventually(lambda: not any(_pid_alive(pid) for pid in pids if pid is not None))
-    assert await _eventually(lambda: not any(_pid_alive(p.pid) for p in psutil.Process().children(recursive=True)))
+    assert await _eventually(
+        lambda: not any(_pid_alive(p.pid) for p in psutil.Process().children(recursive=True))
+    )
     assert list(runtime_dir.iterdir()) == []
     with pytest.raises(RuntimeError, match="not started"):
         supervisor.kernel  # noqa: B018
