@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ipybox.kernel_mgr.kernel import KernelDied, kernel_environment
-from ipybox.kernel_mgr.output import KernelEvent
+from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
 from ipybox.sandbox import check_sandbox, sandbox_command
 from ipybox.tool_exec.approval.client import ApprovalRequest
@@ -84,6 +85,7 @@ class CodeExecutor:
         spare_kernel: bool = True,
         working_dir: Path | None = None,
         audit_log: Path | None = None,
+        limits: ResourceLimits | None = None,
     ) -> None:
         self.working_dir = (working_dir or Path.cwd()).resolve()
         self.images_dir = images_dir or self.working_dir / "images"
@@ -96,6 +98,7 @@ class CodeExecutor:
         self._sandbox_config = sandbox_config
         self._spare_kernel = spare_kernel
         self.audit_log = audit_log
+        self.limits = limits or ResourceLimits()
         self._runtime_dir: Path | None = None
         self._tool_server: ToolServer | None = None
         self._kernels: KernelSupervisor | None = None
@@ -165,7 +168,7 @@ class CodeExecutor:
             self.working_dir,
             env,
             command_prefix=command_prefix,
-            parent_watch=not self._sandbox,
+            limits=self.limits,
             spare=self._spare_kernel,
         )
         await self._kernels.start()
@@ -223,10 +226,10 @@ class CodeExecutor:
         async with self._lock:
             kernels = self._require_kernels()
             queue: asyncio.Queue[Any] = asyncio.Queue()
-            output: list[KernelEvent] = []
+            output = OutputBuffer(self.limits.output)
 
             def on_event(event: KernelEvent) -> None:
-                output.append(event)
+                output.add(event)
                 if chunks and event.kind == "stream":
                     queue.put_nowait(CodeExecutionChunk(event.text))
 
@@ -251,7 +254,7 @@ class CodeExecutor:
             except KernelDied as e:
                 raise CodeExecutionError(
                     f"{e} Its state (variables, imports) is lost; the next execution runs on a fresh kernel.",
-                    _text(output),
+                    output.text(),
                 ) from None
             finally:
                 approval.disconnect(on_approval)
@@ -261,8 +264,8 @@ class CodeExecutor:
                     with contextlib.suppress(BaseException):
                         await task
             if reply.error is not None:
-                raise CodeExecutionError(reply.error, _text(output))
-            yield CodeExecutionResult(_text(output) or None, self._save_images(output))
+                raise CodeExecutionError(reply.error, output.text())
+            yield CodeExecutionResult(output.text() or None, self._save_images(output.images))
 
     def _require_kernels(self) -> KernelSupervisor:
         if self._kernels is None:
@@ -271,19 +274,14 @@ class CodeExecutor:
             )
         return self._kernels
 
-    def _save_images(self, events: list[KernelEvent]) -> list[Path]:
+    def _save_images(self, images: list[bytes]) -> list[Path]:
         paths: list[Path] = []
-        for event in events:
-            if event.kind == "image":
-                self.images_dir.mkdir(parents=True, exist_ok=True)
-                path = self.images_dir / f"{uuid.uuid4().hex[:12]}.png"
-                path.write_bytes(event.data)
-                paths.append(path)
+        for data in images:
+            self.images_dir.mkdir(parents=True, exist_ok=True)
+            path = self.images_dir / f"{uuid.uuid4().hex[:12]}.png"
+            path.write_bytes(data)
+            paths.append(path)
         return paths
-
-
-def _text(events: list[KernelEvent]) -> str:
-    return "".join(e.text for e in events if e.kind != "image").rstrip()
 
 
 async def _finish(coro: Coroutine[Any, Any, None]) -> None:

@@ -11,13 +11,14 @@ import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty
 from typing import Any
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
+from ipybox.kernel_mgr.limits import PidsCgroup, ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,18 @@ logger = logging.getLogger(__name__)
 #: Variables a Python process needs to run; everything else of the parent's stays out of the kernel.
 _ESSENTIAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM")
 _CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+#: `exit()` in a cell would shut the kernel down behind the caller's back; make it say what to do.
+_NO_EXIT = (
+    "def _ipybox_no_exit(*args, **kwargs):\n"
+    "    raise RuntimeError('exit() and quit() are disabled in ipybox: reset for a fresh kernel.')\n"
+    "exit = quit = _ipybox_no_exit\n"
+    "del _ipybox_no_exit"
+)
+_KERNEL_OPTIONS = (
+    "--IPKernelApp.log_level=ERROR",
+    "--HistoryManager.enabled=False",
+    f"--IPKernelApp.exec_lines={json.dumps([_NO_EXIT])}",
+)
 
 
 class KernelDied(Exception):
@@ -62,7 +75,6 @@ class KernelReply:
 
     status: str
     error: str | None = None
-    events: list[KernelEvent] = field(default_factory=list)
 
 
 def kernel_environment(extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -86,13 +98,14 @@ class Kernel:
         cwd: Path,
         env: Mapping[str, str],
         command_prefix: Sequence[str] = (),
-        parent_watch: bool = True,
+        limits: ResourceLimits | None = None,
     ) -> None:
         self._runtime_dir = runtime_dir
         self._cwd = cwd
         self._env = dict(env)
         self._prefix = list(command_prefix)
-        self._parent_watch = parent_watch
+        self._limits = limits or ResourceLimits()
+        self._cgroup: PidsCgroup | None = None
         self._name = f"k{secrets.token_hex(4)}"
         self._process: asyncio.subprocess.Process | None = None
         self._client: AsyncKernelClient | None = None
@@ -114,20 +127,23 @@ class Kernel:
     async def start(self, timeout: float = 30) -> None:
         """Launch the kernel and wait until it answers a kernel_info request."""
         conn_file = self._write_connection_file()
-        env = dict(self._env)
-        if self._parent_watch:
-            env["JPY_PARENT_PID"] = str(os.getpid())
-        argv = [*self._prefix, sys.executable, "-m", "ipykernel_launcher", "-f", str(conn_file)]
-        argv += ["--IPKernelApp.log_level=ERROR", "--HistoryManager.enabled=False"]
+        # The launcher applies the resource limits and ends the kernel when its stdin (a pipe we
+        # hold) closes: that is how a kernel, even in a sandbox, notices ipybox has died.
+        argv = [*self._prefix, sys.executable, "-m", "ipybox.kernel_mgr.launch", "--watch-stdin"]
+        argv += [*self._limits.launcher_args(), "--", "-f", str(conn_file), *_KERNEL_OPTIONS]
         self._process = await asyncio.create_subprocess_exec(
             *argv,
             cwd=self._cwd,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
+            env=self._env,
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
         )
+        if self._limits.processes is not None:
+            self._cgroup = PidsCgroup.create(self._limits.processes)
+            if self._cgroup is not None:
+                self._cgroup.add(self._process.pid)
         self._exited = asyncio.create_task(self._process.wait())
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
             client = AsyncKernelClient()
@@ -260,7 +276,7 @@ class Kernel:
             error = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
         elif status != "ok" and error is None:  # "aborted": the code did not run
             error = f"The kernel did not run the code (status: {status})."
-        return KernelReply(status=status, error=error, events=collector.events)
+        return KernelReply(status=status, error=error)
 
     async def _drain_iopub(self, client: AsyncKernelClient, msg_id: str, collector: OutputCollector) -> None:
         while True:
@@ -316,6 +332,10 @@ class Kernel:
         for task in (self._exited, self._stderr_task):
             if task is not None and not task.done():
                 task.cancel()
+        if process is not None and process.stdin is not None:
+            process.stdin.close()
+        if self._cgroup is not None:
+            self._cgroup.remove()
         self._remove_files()
 
     def _remove_files(self) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ipybox.kernel_mgr.kernel import Kernel, KernelDied, KernelReply
+from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent
 
 logger = logging.getLogger(__name__)
@@ -27,10 +28,12 @@ class KernelSupervisor:
         cwd: Path,
         env: Mapping[str, str],
         command_prefix: Sequence[str] = (),
-        parent_watch: bool = True,
+        limits: ResourceLimits | None = None,
         spare: bool = True,
     ) -> None:
-        self._new: Callable[[], Kernel] = lambda: Kernel(runtime_dir, cwd, env, command_prefix, parent_watch)
+        self._new: Callable[[], Kernel] = lambda: Kernel(
+            runtime_dir, cwd, env, command_prefix, limits or ResourceLimits()
+        )
         self._spare_enabled = spare
         self._kernel: Kernel | None = None
         self._spare: asyncio.Task[Kernel] | None = None
