@@ -133,7 +133,7 @@ class CodeExecutor:
     async def _start(self) -> None:
         if self._sandbox:  # fail on a missing tool or a bad config before anything starts
             check_sandbox(self._sandbox_config)
-        self._runtime_dir = Path(tempfile.mkdtemp(prefix="ipybox-"))
+        self._runtime_dir = _runtime_dir()
         kernels_dir = self._runtime_dir / "kernels"  # the only part of it a sandboxed kernel may write
         kernels_dir.mkdir()
         command_prefix: list[str] = []
@@ -210,15 +210,16 @@ class CodeExecutor:
         return result
 
     def stream(
-        self, code: str, timeout: float = 120, chunks: bool = False
+        self, code: str, timeout: float = 120, chunks: bool = False, *, auto_approve: bool = False
     ) -> AsyncIterator[ApprovalRequest | CodeExecutionChunk | CodeExecutionResult]:
         """Run `code`, yielding approval requests, output chunks (if `chunks`) and the final result.
 
-        Raises `CodeExecutionError` if the code fails, and `TimeoutError` if it runs longer
-        than `timeout` seconds (approval waits included); the cell is then interrupted and
-        the kernel keeps its state.
+        With `auto_approve`, tool calls run without asking (and no `ApprovalRequest` is
+        yielded). Raises `CodeExecutionError` if the code fails, and `TimeoutError` if it runs
+        longer than `timeout` seconds (approval waits included); the cell is then interrupted
+        and the kernel keeps its state.
         """
-        return self._run(code, timeout, chunks, auto_approve=False)
+        return self._run(code, timeout, chunks, auto_approve)
 
     async def _run(
         self, code: str, timeout: float, chunks: bool, auto_approve: bool
@@ -282,6 +283,19 @@ class CodeExecutor:
             path.write_bytes(data)
             paths.append(path)
         return paths
+
+
+#: ipc socket paths must fit in a unix socket address (108 bytes); ours add ~45 to the runtime dir.
+_MAX_RUNTIME_DIR = 60
+
+
+def _runtime_dir() -> Path:
+    """A private directory for sockets and connection files, short enough for socket paths."""
+    path = Path(tempfile.mkdtemp(prefix="ipybox-"))
+    if len(str(path)) <= _MAX_RUNTIME_DIR:
+        return path
+    path.rmdir()  # TMPDIR is too deep for socket paths: fall back to /tmp
+    return Path(tempfile.mkdtemp(prefix="ipybox-", dir="/tmp"))
 
 
 async def _finish(coro: Coroutine[Any, Any, None]) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from dotenv import load_dotenv
 
+from ipybox.kernel_mgr.limits import ResourceLimits
+
 DESCRIPTION = """\
 Run ipybox as an MCP server. Agents get four tools: register_mcp_server (generate a typed
 Python API for another MCP server's tools), execute_ipython_cell (run code in a stateful
@@ -24,6 +26,30 @@ environment:
 example (Claude Code / Claude Desktop config):
   {"mcpServers": {"ipybox": {"command": "uvx", "args": ["ipybox", "--workspace", "/path/to/ws"]}}}
 """
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(text: str) -> int | None:
+    """'4G', '512M', '1073741824' or 'none'."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    if value in ("NONE", "0"):
+        return None
+    unit = value[-1] if value and value[-1] in _UNITS else ""
+    try:
+        return int(float(value[: len(value) - len(unit)]) * _UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 4G, 512M or none)") from None
+
+
+def _count(text: str) -> int | None:
+    if text.strip().lower() in ("none", "0"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,6 +86,27 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address for streamable-http (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port for streamable-http (default: 8000)")
+    p.add_argument(
+        "--memory-limit",
+        type=_size,
+        default=ResourceLimits().memory,
+        metavar="SIZE",
+        help="address space a kernel may use, e.g. 4G or 'none'; beyond it code gets MemoryError "
+        "(default: half the RAM)",
+    )
+    p.add_argument(
+        "--process-limit",
+        type=_count,
+        default=ResourceLimits().processes,
+        metavar="N",
+        help="processes a kernel may run at once, or 'none' (default: 512)",
+    )
+    p.add_argument(
+        "--audit-log",
+        type=Path,
+        metavar="FILE",
+        help="JSON Lines record of every tool call (default: WORKSPACE/.ipybox/audit.jsonl)",
+    )
     p.add_argument(
         "--log-level",
         default="WARNING",
@@ -103,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         sandbox=args.sandbox,
         sandbox_config=args.sandbox_config,
         per_session=args.transport != "stdio",
+        limits=ResourceLimits(memory=args.memory_limit, processes=args.process_limit),
+        audit_log=args.audit_log.expanduser().resolve() if args.audit_log else None,
     )
     server = create_server(options)
     if args.transport == "stdio":

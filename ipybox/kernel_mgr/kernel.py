@@ -59,6 +59,8 @@ def describe_exit(returncode: int | None) -> str:
     """Explain a kernel's exit status in words an agent can act on."""
     if returncode is None:
         return "The kernel stopped responding."
+    if 128 < returncode < 128 + 65:  # a wrapper (the sandbox) reports death by signal N as 128 + N
+        returncode = 128 - returncode
     if returncode >= 0:
         return f"The kernel process exited with code {returncode}."
     try:

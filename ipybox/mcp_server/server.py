@@ -15,7 +15,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -25,12 +25,16 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent
 
 from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
+from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.mcp_apigen import generate_mcp_sources
 from ipybox.mcp_server.output import truncate
 
 logger = logging.getLogger(__name__)
 
 KERNEL_ENV_PREFIX = "KERNEL_ENV_"
+#: Characters of a cell's output streamed to the client while it runs.
+STREAM_LIMIT = 1_000_000
+_STREAM_STOPPED = "[ipybox: live output stopped here; the result keeps the head and tail of the output]"
 _LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 _PACKAGE_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+:/@#%&?]*$")
 
@@ -50,6 +54,8 @@ class ServerOptions:
     sandbox: bool = False
     sandbox_config: Path | None = None
     per_session: bool = False  # one kernel per client session (HTTP) instead of one for all
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    audit_log: Path | None = None  # default: WORKSPACE/.ipybox/audit.jsonl
 
 
 class Workspace:
@@ -82,7 +88,8 @@ class Workspace:
             sandbox=self.options.sandbox,
             sandbox_config=self.options.sandbox_config,
             working_dir=self.root,
-            audit_log=self.root / ".ipybox" / "audit.jsonl",
+            audit_log=self.options.audit_log or self.root / ".ipybox" / "audit.jsonl",
+            limits=self.options.limits,
             log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
         )
 
@@ -228,16 +235,19 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
         executor = await workspace.executor(session_of(ctx))
         spill = workspace.root / ".ipybox" / "outputs"
         result: CodeExecutionResult | None = None
-        chunks = 0
+        chunks = streamed = 0
         try:
-            async for item in executor.stream(code, timeout=timeout, chunks=True):
+            async for item in executor.stream(code, timeout=timeout, chunks=True, auto_approve=True):
                 if isinstance(item, CodeExecutionChunk):
-                    chunks += 1
-                    await _stream_to_client(ctx, item.text, chunks)
+                    if streamed < STREAM_LIMIT:  # the live view of a flood stops; the result keeps its ends
+                        chunks += 1
+                        text = item.text[: STREAM_LIMIT - streamed]
+                        streamed += len(item.text)
+                        if streamed >= STREAM_LIMIT:
+                            text += f"\n{_STREAM_STOPPED}"
+                        await _stream_to_client(ctx, text, chunks)
                 elif isinstance(item, CodeExecutionResult):
                     result = item
-                else:
-                    await item.accept()  # generated-API calls are approved automatically here
         except CodeExecutionError as e:
             output = f"{e.output}\n\n" if e.output else ""
             raise ToolError(truncate(f"{output}{e}", max_output_chars, spill)) from None

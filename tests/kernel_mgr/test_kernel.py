@@ -74,6 +74,8 @@ def test_describe_exit() -> None:
     assert describe_exit(-signal.SIGTERM) == "The kernel died from SIGTERM."
     assert describe_exit(-1000) == "The kernel died from signal 1000."
     assert str(KernelDied(-signal.SIGABRT)).startswith("The kernel died from SIGABRT")
+    assert describe_exit(128 + signal.SIGKILL).startswith("The kernel died from SIGKILL")  # via the sandbox
+    assert describe_exit(1) == "The kernel process exited with code 1."
 
 
 def test_kernel_environment_keeps_only_essentials_and_extras(monkeypatch: pytest.MonkeyPatch) -> None:

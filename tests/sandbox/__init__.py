@@ -1,0 +1,1 @@
+"""Tests of sandboxed execution under Anthropic's sandbox-runtime (`srt`)."""
