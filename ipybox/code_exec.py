@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 import uuid
@@ -12,6 +13,8 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from ipybox.kernel_mgr.kernel import KernelDied, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
@@ -86,6 +89,7 @@ class CodeExecutor:
         working_dir: Path | None = None,
         audit_log: Path | None = None,
         limits: ResourceLimits | None = None,
+        tool_timeout: float | None = None,
     ) -> None:
         self.working_dir = (working_dir or Path.cwd()).resolve()
         self.images_dir = images_dir or self.working_dir / "images"
@@ -99,6 +103,7 @@ class CodeExecutor:
         self._spare_kernel = spare_kernel
         self.audit_log = audit_log
         self.limits = limits or ResourceLimits()
+        self._tool_timeout = tool_timeout
         self._runtime_dir: Path | None = None
         self._tool_server: ToolServer | None = None
         self._kernels: KernelSupervisor | None = None
@@ -155,6 +160,7 @@ class CodeExecutor:
             connect_timeout=self._connect_timeout,
             path=socket_path,
             audit_log=self.audit_log,
+            call_timeout=self._tool_timeout,
         )
         await self._tool_server.start()
         env = kernel_environment(self._kernel_env) | {ENDPOINT_VAR: str(socket_path)}
@@ -290,12 +296,27 @@ _MAX_RUNTIME_DIR = 60
 
 
 def _runtime_dir() -> Path:
-    """A private directory for sockets and connection files, short enough for socket paths."""
+    """A private directory for sockets and connection files, short enough for socket paths.
+
+    It records the owning process, so that directories left by a killed ipybox are removed
+    by the next one.
+    """
     path = Path(tempfile.mkdtemp(prefix="ipybox-"))
-    if len(str(path)) <= _MAX_RUNTIME_DIR:
-        return path
-    path.rmdir()  # TMPDIR is too deep for socket paths: fall back to /tmp
-    return Path(tempfile.mkdtemp(prefix="ipybox-", dir="/tmp"))
+    if len(str(path)) > _MAX_RUNTIME_DIR:
+        path.rmdir()  # TMPDIR is too deep for socket paths: fall back to /tmp
+        path = Path(tempfile.mkdtemp(prefix="ipybox-", dir="/tmp"))
+    _remove_orphaned_runtime_dirs(path.parent)
+    (path / "owner.pid").write_text(str(os.getpid()))
+    return path
+
+
+def _remove_orphaned_runtime_dirs(parent: Path) -> None:
+    for candidate in parent.glob("ipybox-*/owner.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(candidate.read_text())
+            if candidate.stat().st_uid == os.getuid() and not psutil.pid_exists(pid):
+                logger.info("removing %s, left by a process that is gone", candidate.parent)
+                shutil.rmtree(candidate.parent, ignore_errors=True)
 
 
 async def _finish(coro: Coroutine[Any, Any, None]) -> None:

@@ -218,14 +218,22 @@ class ToolServer:
                 if op != "run":
                     await _send(writer, {"ok": False, "error": f"unknown op {op!r}"})
                     continue
-                try:
-                    result = await self.run(
+                tool_args = request.get("tool_args") or {}
+                if not isinstance(tool_args, dict):
+                    await _send(writer, {"ok": False, "error": "tool_args must be an object"})
+                    continue
+                call = asyncio.ensure_future(
+                    self.run(
                         str(request.get("server_name")),
                         request.get("server_params") or {},
                         str(request.get("tool_name")),
-                        request.get("tool_args") or {},
+                        tool_args,
                     )
-                    await _send(writer, {"ok": True, "result": result})
+                )
+                if not await _finished_before_hangup(call, reader):
+                    return  # the caller is gone (cell interrupted, kernel dead): abandon its call
+                try:
+                    await _send(writer, {"ok": True, "result": call.result()})
                 except ToolCallError as e:
                     await _send(writer, {"ok": False, "error": str(e)})
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
@@ -270,6 +278,21 @@ class ToolServer:
             self.approval.disconnect(forward)
             for request in pending.values():
                 await request.reject()
+
+
+async def _finished_before_hangup(call: asyncio.Future[Any], reader: asyncio.StreamReader) -> bool:
+    """Wait for `call`; if the client hangs up first, cancel it (an approval it awaits goes too)."""
+    hangup = asyncio.ensure_future(reader.read(1))  # a client sends nothing while it waits
+    done, _ = await asyncio.wait({call, hangup}, return_when=asyncio.FIRST_COMPLETED)
+    if call in done:
+        hangup.cancel()  # and wait, so the next readline() is the only reader
+        with contextlib.suppress(asyncio.CancelledError):
+            await hangup
+        return True
+    call.cancel()
+    with contextlib.suppress(BaseException):
+        await call
+    return False
 
 
 async def _send(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,22 @@ async def test_secrets_from_placeholders_never_reach_the_log(
     text = log.read_text()
     assert SECRET not in text  # ...but the audit trail does not
     assert "***" in text
+
+
+async def test_late_approval_of_an_abandoned_call_runs_nothing(workspace: Workspace, tmp_path: Path) -> None:
+    """A cell interrupted while its tool call awaits approval takes the call with it."""
+    workspace.register()
+    log = tmp_path / "audit.jsonl"
+    code = "from mcptools.nasty import echo\nprint(echo.run(echo.Params(message='late')))"
+    pending: list[ApprovalRequest] = []
+    async with CodeExecutor(working_dir=workspace.root, audit_log=log) as executor:
+        with pytest.raises(TimeoutError):
+            async for item in executor.stream(code, timeout=1):
+                if isinstance(item, ApprovalRequest):
+                    pending.append(item)  # and never answered in time
+        await asyncio.sleep(0.5)
+        await pending[0].accept()  # too late: the kernel gave up on this call
+        after = await executor.execute("print('next')")
+    assert after.text == "next"
+    [entry] = records(log)
+    assert (entry["tool"], entry["outcome"]) == ("echo", "cancelled")
