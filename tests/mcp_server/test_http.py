@@ -36,7 +36,7 @@ class HttpIpybox:
         found = []
         for child in psutil.Process(self.process.pid).children(recursive=True):
             try:
-                if "ipykernel_launcher" in child.cmdline():
+                if "ipybox.kernel_mgr.launch" in child.cmdline():
                     found.append(child)
             except psutil.Error:
                 continue

@@ -525,7 +525,7 @@ async def test_no_process_outlives_the_client(workspace: Path, state_dir: Path) 
         processes = ipybox_processes(workspace)
         names = [" ".join(p.cmdline()[:3]) for p in processes]
 
-    assert any("ipykernel" in name for name in names), names
+    assert any("ipybox.kernel_mgr.launch" in name for name in names), names
     assert any("mcp-server-everything" in name for name in names), names
     _, alive = psutil.wait_procs(processes, timeout=10)
     assert not alive, [" ".join(p.cmdline()) for p in alive]
