@@ -137,6 +137,7 @@ async def test_kernel_stops_when_its_session_closes(http_server: HttpIpybox) -> 
         assert not reset.is_error  # type: ignore[union-attr]
         fresh_pid = int(await run(session, "import os\nprint(os.getpid())"))
         assert fresh_pid != pid
+        assert http_server.kernels(), "the session's kernels are not found: the check below would be empty"
 
     for _ in range(50):  # up to 10 s
         if not http_server.kernels():
@@ -162,12 +163,13 @@ async def test_registered_api_is_shared_by_sessions(http_server: HttpIpybox) -> 
 
 
 async def test_sigterm_stops_the_kernels_of_open_sessions(http_server: HttpIpybox) -> None:
+    kernels: list[psutil.Process] = []
     with contextlib.suppress(Exception):  # the client's own teardown fails once the server is gone
         async with connect(http_server.url) as session:
             await run(session, "x = 1")
             kernels = http_server.kernels()
-            assert kernels
             http_server.process.send_signal(signal.SIGTERM)
             await asyncio.to_thread(http_server.process.wait, 15)
+    assert kernels, "no kernel was found while the session was open"
     _, alive = await asyncio.to_thread(psutil.wait_procs, kernels, 5)
     assert not alive, "kernels outlived the server"
