@@ -238,6 +238,10 @@ class ToolServer:
                     await _send(writer, {"ok": False, "error": str(e)})
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
+        except asyncio.CancelledError:
+            # stop() cancels open connections. End quietly: this task belongs to asyncio's server,
+            # whose completion callback (Python 3.11) logs cancelled handler tasks as errors.
+            pass
         finally:
             self._handlers.discard(task)
             writer.close()

@@ -1,0 +1,82 @@
+"""Every example, and the README's quickstart, run as a user would run them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+NODE_BIN = REPO / "node_modules" / ".bin"
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(
+        not (NODE_BIN / "mcp-server-everything").exists(), reason="node MCP servers not installed"
+    ),
+]
+
+
+def run(args: list[str], tmp_path: Path, stdin: str = "", cwd: Path | None = None) -> str:
+    env = {
+        "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}",
+        "HOME": os.environ["HOME"],
+        "IPYBOX_STATE_DIR": str(tmp_path / "state"),
+    }
+    result = subprocess.run(
+        args, input=stdin, capture_output=True, text=True, env=env, cwd=cwd or REPO, timeout=150
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_quickstart_asks_for_each_approval_and_prints_the_result(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    out = run(
+        [sys.executable, "examples/quickstart.py", "--workspace", str(workspace)], tmp_path, stdin="y\n" * 4
+    )
+    assert out.count("approve everything.") == 4
+    assert "approve everything.get-structured-content(location='New York')" in out
+    assert re.search(r"Echo: warmest city: (New York|Chicago|Los Angeles)", out)
+    assert "3. Result returned to the agent:" in out
+    assert (workspace / "mcptools" / "everything" / "get_structured_content.py").is_file()
+
+
+def test_quickstart_reports_a_rejected_call_to_the_agent(tmp_path: Path) -> None:
+    out = run(
+        [sys.executable, "examples/quickstart.py", "--workspace", str(tmp_path / "ws")],
+        tmp_path,
+        stdin="y\ny\ny\nn\n",
+    )
+    assert "The agent's code failed" in out
+    assert "ToolRunnerError: Tool call everything.echo was rejected by the application." in out
+
+
+def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text()
+    [code] = re.findall(r"## Quickstart \(Python SDK\)\n\n```python\n(.*?)```", readme, re.S)
+    script = tmp_path / "quickstart.py"
+    script.write_text(code)
+    out = run([sys.executable, str(script)], tmp_path, stdin="y\n", cwd=tmp_path)
+    assert "Approve everything.get-sum(a=2.0, b=3.0)? [Y/n]" in out
+    assert out.rstrip().splitlines()[-1].endswith("The sum of 2 and 3 is 5.")
+
+
+def test_tool_server_example_accepts_and_rejects(tmp_path: Path) -> None:
+    out = run([sys.executable, "examples/tool_server.py"], tmp_path)
+    assert "get-sum: The sum of 2 and 3 is 5." in out
+    assert "echo: ToolRunnerError: Tool call everything.echo was rejected by the application." in out
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap not installed")
+def test_sandbox_example_blocks_and_allows(tmp_path: Path) -> None:
+    out = run([sys.executable, "examples/sandbox.py"], tmp_path)
+    assert "read .env: blocked -> PermissionError" in out
+    assert "write outside the working directory: blocked -> OSError: [Errno 30] Read-only file system" in out
+    assert "reach the internet: blocked" in out
+    assert "write in the working directory: allowed -> ok" in out
