@@ -62,6 +62,13 @@ requires_sandbox = pytest.mark.skipif(
 NETWORK_ENV = ("SSL_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_", "UV_")
 
 
+def network_env() -> dict[str, str]:
+    """What a user's environment needs to reach the package index (proxies, certificates, mirrors)."""
+    return {
+        k: v for k, v in os.environ.items() if k.startswith(NETWORK_ENV) or k.endswith(("_PROXY", "_proxy"))
+    }
+
+
 async def test_lists_four_documented_tools(workspace: Path, state_dir: Path) -> None:
     # `python -m ipybox.mcp_server` is the same server as the `ipybox` command
     command = [sys.executable, "-m", "ipybox.mcp_server"]
@@ -229,11 +236,8 @@ async def test_install_package_makes_it_importable(workspace: Path, state_dir: P
     if importlib.util.find_spec(module) is not None:
         pytest.skip(f"{module} is already installed in the test environment")
     # what a user's environment needs to reach the index (proxies, certificates, mirrors)
-    network = {
-        k: v for k, v in os.environ.items() if k.startswith(NETWORK_ENV) or k.endswith(("_PROXY", "_proxy"))
-    }
     try:
-        async with open_ipybox(workspace, state_dir, env=network) as box:
+        async with open_ipybox(workspace, state_dir, env=network_env()) as box:
             before = await box.run(f"import {module}")
             installed = await box.call("install_package", {"package_name": package})
             assert not installed.is_error, text_of(installed)
@@ -574,3 +578,19 @@ async def test_example_client_runs(tmp_path: Path, state_dir: Path) -> None:
     assert "Echo: hello from ipybox" in output
     assert "The sum of 19 and 23 is 42" in output
     assert (tmp_path / "example-workspace" / "mcptools" / "everything" / "echo.py").is_file()
+
+
+@pytest.mark.skipif(not shutil.which("uvx"), reason="uv is not installed")
+async def test_uvx_from_the_checkout_serves_a_client(workspace: Path, state_dir: Path) -> None:
+    """`uvx --from <repo> ipybox --workspace DIR`, the documented way to run an unreleased ipybox."""
+    command = ["uvx", "--from", str(REPO), "ipybox"]
+    async with open_ipybox(workspace, state_dir, command=command, env=network_env()) as box:
+        tools = await box.session.list_tools()
+        out = await box.output(f"import sys\nprint(sys.prefix != {sys.prefix!r})")
+    assert {t.name for t in tools.tools} == {
+        "register_mcp_server",
+        "execute_ipython_cell",
+        "install_package",
+        "reset",
+    }
+    assert out == "True"  # the kernel runs in uvx's environment, not the test's venv
