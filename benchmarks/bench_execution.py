@@ -19,26 +19,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
-from jupyter_client.manager import AsyncKernelManager
+from _common import CODE, BareKernel, bare_start_time, ms, timed
 
 from ipybox import CodeExecutor
 
 TARGETS = {"start": 1.3, "execute": 1.25}
 RESET_TARGET_MS = 50.0
-CODE = "1+1"
-
-
-async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
-    started = time.perf_counter()
-    await fn()
-    return time.perf_counter() - started
 
 
 # --- ours ----------------------------------------------------------------------------------------
@@ -71,59 +61,6 @@ async def ours_reset(working_dir: Path, runs: int) -> tuple[list[float], list[fl
     return resets, firsts
 
 
-# --- bare jupyter_client -------------------------------------------------------------------------
-
-
-async def bare_kernel(transport: str, runtime_dir: Path) -> tuple[AsyncKernelManager, Any]:
-    if transport == "ipc":
-        km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(runtime_dir / "bare"))
-    else:
-        km = AsyncKernelManager(kernel_name="python3")
-    # The kernel options ipybox uses, so that both sides ask the kernel for the same work.
-    await km.start_kernel(extra_arguments=["--IPKernelApp.log_level=ERROR", "--HistoryManager.enabled=False"])
-    kc = km.client()
-    kc.start_channels()
-    try:
-        await kc.wait_for_ready(timeout=60)
-    except BaseException:
-        kc.stop_channels()
-        await km.shutdown_kernel(now=True)
-        raise
-    return km, kc
-
-
-async def bare_stop(km: AsyncKernelManager, kc: Any) -> None:
-    kc.stop_channels()
-    await km.shutdown_kernel(now=True)
-
-
-async def bare_start(transport: str, runtime_dir: Path, runs: int) -> list[float]:
-    times: list[float] = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        km, kc = await bare_kernel(transport, runtime_dir)
-        times.append(time.perf_counter() - started)
-        await bare_stop(km, kc)
-    return times
-
-
-async def bare_roundtrip(kc: Any, code: str) -> None:
-    msg_id = kc.execute(code, store_history=False)
-    while True:
-        msg = await kc.get_iopub_msg()
-        if (
-            msg["parent_header"].get("msg_id") == msg_id
-            and msg["msg_type"] == "status"
-            and msg["content"]["execution_state"] == "idle"
-        ):
-            break
-    while True:
-        msg = await kc.get_shell_msg()
-        if msg["parent_header"].get("msg_id") == msg_id:
-            assert msg["content"]["status"] == "ok", msg["content"]
-            return
-
-
 # --- both ----------------------------------------------------------------------------------------
 
 
@@ -136,30 +73,49 @@ async def execute_both(
         result = await executor.execute(CODE)
         assert result.text == "2", result
 
-    async def bare() -> None:
-        await bare_roundtrip(kc, CODE)
-
     ours_times: list[float] = []
     bare_times: list[float] = []
     async with CodeExecutor(working_dir=working_dir, spare_kernel=False) as executor:
-        km, kc = await bare_kernel(transport, runtime_dir)
+        bare = await BareKernel.start(transport, runtime_dir)
         try:
             for _ in range(warmup):
                 await ours()
-                await bare()
+                await bare.roundtrip()
             for _ in range(n):
                 ours_times.append(await timed(ours))
-                bare_times.append(await timed(bare))
+                bare_times.append(await timed(bare.roundtrip))
         finally:
-            await bare_stop(km, kc)
+            await bare.stop()
     return ours_times, bare_times
 
 
+async def measure(
+    n: int = 200, starts: int = 5, resets: int = 10, warmup: int = 20, transport: str = "ipc"
+) -> dict[str, float]:
+    """Medians in ms: start_ours/start_bare, execute_ours/execute_bare, reset, reset_first."""
+    with tempfile.TemporaryDirectory(prefix="ipybox-bench-") as tmp:
+        working_dir = Path(tmp) / "work"
+        working_dir.mkdir()
+        runtime_dir = Path(tmp)
+        # Alternate the sides so that neither profits from a warmer machine.
+        start_ours: list[float] = []
+        start_bare: list[float] = []
+        for _ in range(starts):
+            start_bare.append(await bare_start_time(transport, runtime_dir))
+            start_ours += await ours_start(working_dir, 1)
+        exec_ours, exec_bare = await execute_both(working_dir, transport, runtime_dir, n, warmup)
+        reset_times, firsts = await ours_reset(working_dir, resets)
+    return {
+        "start_ours": ms(start_ours),
+        "start_bare": ms(start_bare),
+        "execute_ours": ms(exec_ours),
+        "execute_bare": ms(exec_bare),
+        "reset": ms(reset_times),
+        "reset_first": ms(firsts),
+    }
+
+
 # --- report --------------------------------------------------------------------------------------
-
-
-def ms(values: list[float]) -> float:
-    return statistics.median(values) * 1000
 
 
 async def main() -> None:
@@ -177,34 +133,20 @@ async def main() -> None:
         help="transport of the bare kernel (default ipc, as ipybox uses)",
     )
     args = parser.parse_args()
-
-    with tempfile.TemporaryDirectory(prefix="ipybox-bench-") as tmp:
-        working_dir = Path(tmp) / "work"
-        working_dir.mkdir()
-        runtime_dir = Path(tmp)
-        # Alternate the sides so that neither profits from a warmer machine.
-        start_ours: list[float] = []
-        start_bare: list[float] = []
-        for _ in range(args.starts):
-            start_bare += await bare_start(args.bare_transport, runtime_dir, 1)
-            start_ours += await ours_start(working_dir, 1)
-        exec_ours, exec_bare = await execute_both(
-            working_dir, args.bare_transport, runtime_dir, args.n, args.warmup
-        )
-        resets, firsts = await ours_reset(working_dir, args.resets)
+    m = await measure(args.n, args.starts, args.resets, args.warmup, args.bare_transport)
 
     rows = [
-        ("start", ms(start_ours), ms(start_bare), TARGETS["start"]),
-        (f"execute {CODE!r} (n={args.n})", ms(exec_ours), ms(exec_bare), TARGETS["execute"]),
+        ("start", m["start_ours"], m["start_bare"], TARGETS["start"]),
+        (f"execute {CODE!r} (n={args.n})", m["execute_ours"], m["execute_bare"], TARGETS["execute"]),
     ]
     print(f"{'median':<24} {'ours ms':>9} {'bare ms':>9} {'ours/bare':>10} {'target':>8}  ok")
     for name, ours, bare, target in rows:
         ratio = ours / bare
         print(f"{name:<24} {ours:9.2f} {bare:9.2f} {ratio:10.2f} {f'<={target}x':>8}  {ratio <= target}")
-    reset = ms(resets)
-    target = f"<={RESET_TARGET_MS:g}ms"
-    print(f"{'reset (spare warm)':<24} {reset:9.2f} {'':>9} {'':>10} {target:>8}  {reset <= RESET_TARGET_MS}")
-    print(f"{'reset + first execute':<24} {ms(firsts):9.2f}")
+    reset = m["reset"]
+    reset_target, reset_ok = f"<={RESET_TARGET_MS:g}ms", reset <= RESET_TARGET_MS
+    print(f"{'reset (spare warm)':<24} {reset:9.2f} {'':>9} {'':>10} {reset_target:>8}  {reset_ok}")
+    print(f"{'reset + first execute':<24} {m['reset_first']:9.2f}")
 
 
 if __name__ == "__main__":

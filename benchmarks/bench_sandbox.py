@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _common import CODE, environ, ms, node_bin_path, sandbox_unavailable
+
 from ipybox import CodeExecutor
 
-REPO = Path(__file__).resolve().parents[1]
-NODE_BIN = REPO / "node_modules" / ".bin"
 EXECUTE_TARGET = 1.2  # sandboxed / unsandboxed
 START_TARGET_S = 0.6  # sandboxed - unsandboxed
-CODE = "1+1"
 
 
 async def start_time(working_dir: Path, sandbox: bool) -> float:
@@ -62,11 +60,28 @@ async def execute_times(working_dir: Path, n: int, warmup: int) -> tuple[list[fl
     return sandboxed, plain
 
 
-def ms(values: list[float]) -> float:
-    return statistics.median(values) * 1000
+async def measure(n: int = 200, starts: int = 5, warmup: int = 20) -> dict[str, float]:
+    """Medians in ms: start_sandbox/start_plain, execute_sandbox/execute_plain.
+
+    Puts node_modules/.bin on PATH while it runs (for `srt`); check `sandbox_unavailable()` first.
+    """
+    with environ(PATH=node_bin_path()), tempfile.TemporaryDirectory(prefix="ipybox-bench-") as tmp:
+        working_dir = Path(tmp)
+        start_boxed: list[float] = []
+        start_plain: list[float] = []
+        for _ in range(starts):  # alternate, so neither side profits from a warmer machine
+            start_plain.append(await start_time(working_dir, sandbox=False))
+            start_boxed.append(await start_time(working_dir, sandbox=True))
+        exec_boxed, exec_plain = await execute_times(working_dir, n, warmup)
+    return {
+        "start_sandbox": ms(start_boxed),
+        "start_plain": ms(start_plain),
+        "execute_sandbox": ms(exec_boxed),
+        "execute_plain": ms(exec_plain),
+    }
 
 
-async def main() -> None:
+async def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -74,34 +89,28 @@ async def main() -> None:
     parser.add_argument("--starts", type=int, default=5, help="starts per side (default 5)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed executions first (default 20)")
     args = parser.parse_args()
-
-    if NODE_BIN.is_dir():
-        os.environ["PATH"] = f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-    with tempfile.TemporaryDirectory(prefix="ipybox-bench-") as tmp:
-        working_dir = Path(tmp)
-        start_boxed: list[float] = []
-        start_plain: list[float] = []
-        for _ in range(args.starts):  # alternate, so neither side profits from a warmer machine
-            start_plain.append(await start_time(working_dir, sandbox=False))
-            start_boxed.append(await start_time(working_dir, sandbox=True))
-        exec_boxed, exec_plain = await execute_times(working_dir, args.n, args.warmup)
+    if (reason := sandbox_unavailable()) is not None:
+        print(f"cannot benchmark the sandbox: {reason}", file=sys.stderr)
+        return 2
+    m = await measure(args.n, args.starts, args.warmup)
 
     print(f"{'median':<24} {'sandbox':>9} {'plain':>9} {'ratio':>7} {'diff':>9} {'target':>12}  ok")
-    boxed, plain = ms(start_boxed), ms(start_plain)
+    boxed, plain = m["start_sandbox"], m["start_plain"]
     diff = boxed - plain
     target = f"<=+{START_TARGET_S * 1000:g}ms"
     ok = diff <= START_TARGET_S * 1000
     print(
         f"{'start (ms)':<24} {boxed:9.1f} {plain:9.1f} {boxed / plain:7.2f} {diff:+9.1f} {target:>12}  {ok}"
     )
-    boxed, plain = ms(exec_boxed), ms(exec_plain)
+    boxed, plain = m["execute_sandbox"], m["execute_plain"]
     ratio = boxed / plain
     target = f"<={EXECUTE_TARGET:g}x"
     print(
         f"{f'execute {CODE!r} (n={args.n}) ms':<24} {boxed:9.2f} {plain:9.2f} {ratio:7.2f} "
         f"{boxed - plain:+9.2f} {target:>12}  {ratio <= EXECUTE_TARGET}"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    raise SystemExit(asyncio.run(main()))

@@ -15,14 +15,13 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-EVERYTHING = REPO / "node_modules" / ".bin" / "mcp-server-everything"
+from _common import EVERYTHING, environ, ms, percentile
+
 TARGET_MS = 3.0
 
 KERNEL_LOOP = """
@@ -73,32 +72,56 @@ async def bench_bare(n: int) -> list[float]:
     return latencies
 
 
-def summary(name: str, latencies: list[float]) -> float:
-    ms = sorted(x * 1000 for x in latencies)
-    median = statistics.median(ms)
-    p90 = ms[int(len(ms) * 0.9) - 1]
-    print(f"{name:>7}: median {median:6.2f} ms   p90 {p90:6.2f} ms   min {ms[0]:6.2f} ms   (n={len(ms)})")
-    return median
+def stats(latencies: list[float]) -> dict[str, float]:
+    return {
+        "median": ms(latencies),
+        "p90": percentile(latencies, 0.9) * 1000,
+        "min": min(latencies) * 1000,
+        "n": len(latencies),
+    }
+
+
+async def measure(n: int = 200) -> dict[str, float]:
+    """Per-call latencies in ms: {bare,ipybox}_{median,p90,min}, n, and overhead (median difference).
+
+    Raises FileNotFoundError if server-everything is not installed (`npm install`).
+    """
+    if not EVERYTHING.exists():
+        raise FileNotFoundError(f"{EVERYTHING} not found; run `npm install` first")
+    with tempfile.TemporaryDirectory(prefix="ipybox-bench-") as tmp:
+        # keep the server registry out of ~/.local
+        with environ(IPYBOX_STATE_DIR=str(Path(tmp) / "state")):
+            workspace = Path(tmp) / "workspace"
+            workspace.mkdir()
+            bare = stats(await bench_bare(n))
+            ipybox = stats(await bench_ipybox(n, workspace))
+    result = {f"bare_{key}": value for key, value in bare.items() if key != "n"}
+    result |= {f"ipybox_{key}": value for key, value in ipybox.items() if key != "n"}
+    result["n"] = ipybox["n"]
+    result["overhead"] = ipybox["median"] - bare["median"]
+    return result
+
+
+def summary(name: str, m: dict[str, float]) -> None:
+    print(
+        f"{name:>7}: median {m[f'{name}_median']:6.2f} ms   p90 {m[f'{name}_p90']:6.2f} ms   "
+        f"min {m[f'{name}_min']:6.2f} ms   (n={m['n']:g})"
+    )
 
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=200, help="calls per side (default 200)")
     args = parser.parse_args()
-    if not EVERYTHING.exists():
-        print(f"{EVERYTHING} not found; run `npm install` first", file=sys.stderr)
+    try:
+        m = await measure(args.n)
+    except FileNotFoundError as e:
+        print(e, file=sys.stderr)
         return 2
 
-    with tempfile.TemporaryDirectory(prefix="ipybox-bench-") as tmp:
-        os.environ["IPYBOX_STATE_DIR"] = str(Path(tmp) / "state")  # keep the registry out of ~/.local
-        workspace = Path(tmp) / "workspace"
-        workspace.mkdir()
-        bare = await bench_bare(args.n)
-        ipybox = await bench_ipybox(args.n, workspace)
-
-    bare_median = summary("bare", bare)
-    ipybox_median = summary("ipybox", ipybox)
-    overhead = ipybox_median - bare_median
+    summary("bare", m)
+    summary("ipybox", m)
+    overhead = m["overhead"]
     verdict = "OK" if overhead <= TARGET_MS else "OVER TARGET"
     print(f"overhead: {overhead:.2f} ms per call (target <= {TARGET_MS:g} ms): {verdict}")
     return 0

@@ -169,6 +169,13 @@ class CodeExecutor:
             # exist; without a writable TMPDIR ipykernel cannot run a cell unless "." is writable.
             (kernels_dir / "tmp").mkdir()
             env = {"CLAUDE_CODE_TMPDIR": str(kernels_dir / "tmp")} | env
+            # IPython and Jupyter keep their state here instead of in ~/.ipython, which the
+            # sandbox may not write: files there would run in later, unsandboxed sessions.
+            env |= {
+                "IPYTHONDIR": str(kernels_dir / "ipython"),
+                "JUPYTER_CONFIG_DIR": str(kernels_dir / "jupyter"),
+                "JUPYTER_DATA_DIR": str(kernels_dir / "jupyter"),
+            }
         self._kernels = KernelSupervisor(
             kernels_dir,
             self.working_dir,

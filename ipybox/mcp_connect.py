@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +58,13 @@ def placeholder_values(value: Any, env: Mapping[str, str]) -> set[str]:
     if isinstance(value, list):
         return set().union(*(placeholder_values(v, env) for v in value))
     return set()
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret value (of 4 characters or more) replaced by `***`."""
+    for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def transport_of(params: Mapping[str, Any]) -> str:

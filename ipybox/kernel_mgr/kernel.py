@@ -146,7 +146,7 @@ class Kernel:
             self._cgroup = PidsCgroup.create(self._limits.processes)
             if self._cgroup is not None:
                 self._cgroup.add(self._process.pid)
-        self._exited = asyncio.create_task(self._process.wait())
+        self._exited = asyncio.create_task(_exit_status(self._process))
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
             client = AsyncKernelClient()
             client.load_connection_file(str(conn_file))
@@ -321,12 +321,13 @@ class Kernel:
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGTERM)
+            exited = self._exited or asyncio.ensure_future(_exit_status(process))
             try:
-                await asyncio.wait_for(asyncio.shield(self._exited or process.wait()), grace)
+                await asyncio.wait_for(asyncio.shield(exited), grace)
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
-                await process.wait()
+                await asyncio.shield(exited)
         if process is not None:
             # Children of the kernel (e.g. a background `!sleep`) share its process group.
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -344,6 +345,19 @@ class Kernel:
         for path in self._runtime_dir.glob(f"{self._name}*"):
             with contextlib.suppress(OSError):
                 path.unlink()
+
+
+async def _exit_status(process: asyncio.subprocess.Process, interval: float = 0.05) -> int:
+    """The exit status of `process`, as soon as it has exited.
+
+    Not `process.wait()`: that also waits until every process that inherited the kernel's stdin
+    and stderr pipes has closed them. When `srt` (the process ipybox starts for a sandboxed
+    kernel) is killed, its wrappers and the kernel inside hold them, so a dead kernel went
+    unnoticed until its cell ended, however long that took.
+    """
+    while (returncode := process.returncode) is None:  # noqa: ASYNC110 - no event for the exit alone
+        await asyncio.sleep(interval)
+    return returncode
 
 
 @contextlib.asynccontextmanager

@@ -91,6 +91,8 @@ class KernelSupervisor:
             except Exception as e:
                 logger.warning("spare kernel failed to start (%s); starting another", e)
         if kernel is None or not kernel.alive:
+            if kernel is not None:
+                self._retire(kernel)  # a spare that died while waiting: release its sockets and files
             kernel = await self._start_kernel()
         self._kernel = kernel
         self._prepare_spare()

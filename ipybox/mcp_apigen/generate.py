@@ -12,7 +12,14 @@ from typing import Any
 
 from ipybox.mcp_apigen.names import UniqueNames, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, py_literal
-from ipybox.mcp_connect import ServerParamsError, open_session, transport_of
+from ipybox.mcp_connect import (
+    ServerParamsError,
+    environment,
+    open_session,
+    placeholder_values,
+    redact,
+    transport_of,
+)
 from ipybox.tool_exec import registry
 
 _HEADER = """\
@@ -189,7 +196,10 @@ async def list_tools(server_params: dict[str, Any], connect_timeout: float = 30)
     except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)):
             raise
-        raise ConnectionError(f"Could not connect to the MCP server: {_flatten(e)}") from None
+        secrets = placeholder_values(server_params, environment())
+        raise ConnectionError(
+            redact(f"Could not connect to the MCP server: {_flatten(e)}", secrets)
+        ) from None
 
 
 def _flatten(error: BaseException) -> str:

@@ -103,17 +103,10 @@ class Workspace:
             self._reap()
             task = self._starting.get(key)
             if task is None:
-                task = self._starting[key] = asyncio.create_task(self._start(self._new_executor()))
-        try:
-            executor = await asyncio.shield(task)
-        finally:
-            self._starting.pop(key, None)
-        if key not in self._executors:
-            stack = getattr(session, "exit_stack", None)  # a client connection: stop its kernel on close
-            if isinstance(stack, contextlib.AsyncExitStack):
-                stack.callback(self.release, session)
-        self._executors[key] = (weakref.ref(session), executor)
-        return executor
+                task = self._starting[key] = asyncio.create_task(self._start(session))
+        # shielded: a caller that gives up does not stop the start, and the started executor
+        # is stored by _start either way, so nothing is left running unowned
+        return await asyncio.shield(task)
 
     def release(self, session: object) -> None:
         """Stop the executor of a client session that has ended."""
@@ -127,13 +120,22 @@ class Workspace:
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
 
-    async def _start(self, executor: CodeExecutor) -> CodeExecutor:
-        await executor.start()
-        return executor
+    async def _start(self, session: object) -> CodeExecutor:
+        key = id(session)
+        try:
+            executor = self._new_executor()
+            await executor.start()
+            self._executors[key] = (weakref.ref(session), executor)
+            stack = getattr(session, "exit_stack", None)  # a client connection: stop its kernel on close
+            if isinstance(stack, contextlib.AsyncExitStack):
+                stack.callback(self.release, session)
+            return executor
+        finally:
+            self._starting.pop(key, None)
 
-    def prewarm(self, session_key: object) -> None:
+    def prewarm(self, session: object) -> None:
         """Start the first executor early, so the first call does not wait for a kernel."""
-        self._starting[id(session_key)] = asyncio.create_task(self._start(self._new_executor()))
+        self._starting[id(session)] = asyncio.create_task(self._start(session))
 
     def _reap(self) -> None:
         """Stop executors whose client session has gone away."""
@@ -146,10 +148,11 @@ class Workspace:
         return [executor for _, executor in self._executors.values()]
 
     async def close(self) -> None:
-        for task in self._starting.values():
-            task.cancel()
-        starting = await asyncio.gather(*self._starting.values(), return_exceptions=True)
-        executors = self.executors() + [e for e in starting if isinstance(e, CodeExecutor)]
+        starting = list(self._starting.values())
+        for task in starting:
+            task.cancel()  # CodeExecutor.start() cleans up after itself when cancelled
+        await asyncio.gather(*starting, return_exceptions=True)
+        executors = self.executors()
         self._executors.clear()
         await asyncio.gather(*(e.stop() for e in executors), *self._stopping, return_exceptions=True)
 
@@ -272,8 +275,11 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
         from code. Import the package in execute_ipython_cell afterwards.
         """
         spec = package_name.strip()
-        if not spec or not _PACKAGE_SPEC.match(spec):
-            raise ToolError(f"Not a package requirement: {package_name!r}.")
+        if not spec or not _PACKAGE_SPEC.match(spec) or _is_local_path(spec):
+            raise ToolError(
+                f"Not a package requirement: {package_name!r}. Give a name with an optional version "
+                "(e.g. 'numpy>=1.26') or a git+https:// URL; local paths are not installed."
+            )
         return await _pip_install(spec)
 
     @server.tool()
@@ -346,6 +352,13 @@ def _is_default_handler(handler: object) -> bool:
 
 class _SharedSession:
     """Stands for the single client of a server without per-session kernels."""
+
+
+def _is_local_path(spec: str) -> bool:
+    """Whether pip would read `spec` from the filesystem (code the kernel may have written)."""
+    if "://" in spec:
+        return spec.split("://", 1)[0].lower().endswith("file")
+    return spec.startswith((".", "/", "~")) or "/" in spec.split("@", 1)[0]
 
 
 def _forget_modules(server_name: str) -> str:

@@ -7,6 +7,8 @@ import json
 import os
 import platform
 import shutil
+import site
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -101,21 +103,37 @@ def load_config(path: Path | None) -> dict[str, Any]:
     return config
 
 
+#: Paths whose contents run outside the sandbox later (IPython/Jupyter startup files and
+#: kernelspecs, user site-packages with their .pth files); never writable from a kernel.
+_ALWAYS_DENY_WRITE = (
+    "~/.ipython",
+    "~/.jupyter",
+    "~/.local/share/jupyter",
+    "~/Library/Jupyter",
+    site.getusersitepackages(),
+    sys.prefix,
+)
+
+
 def kernel_policy(
-    config: dict[str, Any], writable_dir: Path, protected: Sequence[Path] = ()
+    config: dict[str, Any], writable_dir: Path, protected: Sequence[Path] = (), hidden: Sequence[Path] = ()
 ) -> dict[str, Any]:
     """`config` plus what ipybox needs and forbids, whatever the user's policy says.
 
-    The kernel may write its ipc sockets in `writable_dir`, must be able to create unix
-    sockets at all, and may never touch ipybox's state (the registry of trusted servers)
-    or the `protected` files (policy, `.env`) that later kernels and servers are started with;
-    srt also keeps them from being created where they do not exist yet.
+    The kernel may write its ipc sockets in `writable_dir` and must be able to create unix
+    sockets at all. It may never write ipybox's state (the registry of trusted servers), the
+    `protected` files (policy, `.env`, git hooks) that later kernels, servers and tools run
+    with, or anything that code outside the sandbox executes later (srt also keeps such paths
+    from being created where they do not exist yet). It may not read the `hidden` files (the
+    workspace's `.env`).
     """
     policy = copy.deepcopy(config)
     fs = policy.setdefault("filesystem", {})
     fs.setdefault("allowWrite", []).append(str(writable_dir))
-    fs.setdefault("denyWrite", []).extend([str(state_dir().absolute()), *(str(p) for p in protected)])
+    state = str(state_dir().absolute())
+    fs.setdefault("denyWrite", []).extend([state, *_ALWAYS_DENY_WRITE, *(str(p) for p in protected)])
     deny_read = fs.setdefault("denyRead", [])
+    deny_read.extend(str(p) for p in hidden)
     for entry in _ALWAYS_DENY_READ:
         if os.path.lexists(os.path.expanduser(entry)) and entry not in deny_read:
             deny_read.append(entry)
@@ -164,11 +182,13 @@ def sandbox_command(
     """
     srt = srt_executable()
     # The policy file lies under a writable path if the working directory holds the temp dir.
-    keep = [policy_file.absolute(), working_dir / WORKSPACE_CONFIG, working_dir / ".env"]
+    workspace = working_dir.absolute()
+    keep = [policy_file.absolute(), workspace / WORKSPACE_CONFIG, workspace / ".env"]
+    keep += [workspace / ".git" / "hooks", workspace / ".git" / "config"]  # git runs these on the host
     keep += [Path(p).absolute() for p in protected]
     if config_path is not None:
         keep.append(Path(config_path).resolve())
-    policy = kernel_policy(load_config(config_path), writable_dir, keep)
+    policy = kernel_policy(load_config(config_path), writable_dir, keep, hidden=[workspace / ".env"])
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
     return [srt, "--settings", str(policy_file), "--"]

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ipybox.mcp_connect import redact
+
 _MAX_FIELD = 2000
 
 
@@ -28,12 +30,11 @@ class AuditLog:
 
     def add_secrets(self, values: Iterable[str]) -> None:
         """Never write these values (e.g. resolved `${VAR}` placeholders)."""
-        self._secrets.update(v for v in values if len(v) >= 4)
+        self._secrets.update(values)
 
     def _redact(self, value: Any) -> Any:
         if isinstance(value, str):
-            for secret in self._secrets:
-                value = value.replace(secret, "***")
+            value = redact(value, self._secrets)
             return value[:_MAX_FIELD] + ("…" if len(value) > _MAX_FIELD else "")
         if isinstance(value, dict):
             return {k: self._redact(v) for k, v in value.items()}

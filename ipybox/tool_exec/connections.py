@@ -70,7 +70,14 @@ class _Connection:
         session = self._session
         assert session is not None
         call = asyncio.ensure_future(session.call_tool(tool, args))
-        done, _ = await asyncio.wait({call, self._task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait(
+                {call, self._task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        except BaseException:  # the caller gave up: so does the request to the server
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+            raise
         if call in done:
             try:
                 return call.result()
@@ -151,7 +158,8 @@ class ConnectionPool:
         try:
             await conn.session(self._connect_timeout)
         except ToolCallError:
-            self._connections.pop(name, None)
+            if self._connections.get(name) is conn:  # not a newer connection started meanwhile
+                del self._connections[name]
             raise
         return conn
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_connect import environment, placeholder_values
+from ipybox.mcp_connect import environment, placeholder_values, redact
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
@@ -133,26 +133,33 @@ class ToolServer:
         started = time.time()
         call = f"{server_name}.{tool_name}"
         decision = "refused"
+        secrets: set[str] = set()
         try:
             if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
                 raise ToolCallError(
                     f"MCP server {server_name!r} is not registered with these parameters, so it will not be "
                     "started. The application registers servers with generate_mcp_sources()."
                 )
+            secrets = placeholder_values(server_params, environment())
             if self.audit is not None:
-                self.audit.add_secrets(placeholder_values(server_params, environment()))
+                self.audit.add_secrets(secrets)
             decision = "auto" if self.approval.automatic else "timed_out"
             try:
                 accepted = await self.approval.request(server_name, tool_name, tool_args)
-            except (RuntimeError, TimeoutError) as e:
+            except RuntimeError as e:
+                decision = "refused"  # nobody is there to ask
+                raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
+            except TimeoutError as e:
                 raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
             decision = "auto" if self.approval.automatic else ("accepted" if accepted else "rejected")
             if not accepted:
                 raise ToolCallError(f"Tool call {call} was rejected by the application.")
             encoded = await self._call(server_name, server_params, tool_name, tool_args)
         except ToolCallError as e:
-            self._audit(server_name, tool_name, tool_args, decision, "error", started, str(e))
-            raise
+            # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
+            message = redact(str(e), secrets)
+            self._audit(server_name, tool_name, tool_args, decision, "error", started, message)
+            raise ToolCallError(message) from None
         except BaseException:
             self._audit(server_name, tool_name, tool_args, decision, "cancelled", started)
             raise
@@ -287,7 +294,13 @@ class ToolServer:
 async def _finished_before_hangup(call: asyncio.Future[Any], reader: asyncio.StreamReader) -> bool:
     """Wait for `call`; if the client hangs up first, cancel it (an approval it awaits goes too)."""
     hangup = asyncio.ensure_future(reader.read(1))  # a client sends nothing while it waits
-    done, _ = await asyncio.wait({call, hangup}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        done, _ = await asyncio.wait({call, hangup}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the server is stopping: take the call down with this connection
+        for task in (call, hangup):
+            task.cancel()
+        await asyncio.gather(call, hangup, return_exceptions=True)
+        raise
     if call in done:
         hangup.cancel()  # and wait, so the next readline() is the only reader
         with contextlib.suppress(asyncio.CancelledError):
