@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
-    from ipybox.mcp_apigen import generate_mcp_sources
+    from ipybox.kernel_mgr.limits import ResourceLimits
+    from ipybox.mcp_apigen import ToolGenerationError, generate_mcp_sources
+    from ipybox.sandbox import SandboxError
     from ipybox.tool_exec.approval.client import ApprovalClient, ApprovalRequest
     from ipybox.tool_exec.approval.server import ApprovalChannel
-    from ipybox.tool_exec.client import ToolRunner, ToolRunnerError
+    from ipybox.tool_exec.client import ToolOutput, ToolRunner, ToolRunnerError
     from ipybox.tool_exec.server import ToolServer
 
 _EXPORTS = {
@@ -29,6 +31,10 @@ _EXPORTS = {
     "ToolRunner": "ipybox.tool_exec.client",
     "ToolRunnerError": "ipybox.tool_exec.client",
     "ToolServer": "ipybox.tool_exec.server",
+    "ToolOutput": "ipybox.tool_exec.client",
+    "ToolGenerationError": "ipybox.mcp_apigen",
+    "ResourceLimits": "ipybox.kernel_mgr.limits",
+    "SandboxError": "ipybox.sandbox",
 }
 
 __all__ = [
@@ -39,6 +45,10 @@ __all__ = [
     "CodeExecutionError",
     "CodeExecutionResult",
     "CodeExecutor",
+    "ResourceLimits",
+    "SandboxError",
+    "ToolGenerationError",
+    "ToolOutput",
     "ToolRunner",
     "ToolRunnerError",
     "ToolServer",

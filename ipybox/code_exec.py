@@ -66,9 +66,10 @@ class CodeExecutor:
     embedded `ToolServer` over a unix socket; `stream()` yields an `ApprovalRequest` for
     each one, `execute()` approves them all.
 
-    `kernel_gateway_host`, `kernel_gateway_port` and `tool_server_host` are accepted for
-    compatibility and unused: kernels are driven directly over ipc sockets. With
-    `tool_server_port` set, the tool server also listens on that TCP port.
+    `kernel_gateway_host` and `kernel_gateway_port` are accepted for compatibility and unused:
+    kernels are driven directly over ipc sockets. With `tool_server_port` set, the tool server
+    also listens on TCP at `tool_server_host:tool_server_port` (unauthenticated: only for
+    tool runners you trust).
     """
 
     def __init__(
@@ -120,9 +121,7 @@ class CodeExecutor:
     @property
     def tool_server(self) -> ToolServer:
         if self._tool_server is None:
-            raise RuntimeError(
-                "The executor is not started: use `async with CodeExecutor()` or call start()."
-            )
+            raise _not_started()
         return self._tool_server
 
     async def start(self) -> None:
@@ -283,9 +282,7 @@ class CodeExecutor:
 
     def _require_kernels(self) -> KernelSupervisor:
         if self._kernels is None:
-            raise RuntimeError(
-                "The executor is not started: use `async with CodeExecutor()` or call start()."
-            )
+            raise _not_started()
         return self._kernels
 
     def _save_images(self, images: list[bytes]) -> list[Path]:
@@ -296,6 +293,10 @@ class CodeExecutor:
             path.write_bytes(data)
             paths.append(path)
         return paths
+
+
+def _not_started() -> RuntimeError:
+    return RuntimeError("The executor is not started: use `async with CodeExecutor()` or call start().")
 
 
 #: ipc socket paths must fit in a unix socket address (108 bytes); ours add ~45 to the runtime dir.

@@ -13,6 +13,7 @@ from dotenv import dotenv_values
 
 if TYPE_CHECKING:
     from mcp import ClientSession
+    from mcp.types import Tool
 
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -148,3 +149,26 @@ async def open_session(
         session = await stack.enter_async_context(ClientSession(read, write))
         await session.initialize()
         yield session
+
+
+async def list_all_tools(session: ClientSession) -> list[Tool]:
+    """Every tool of a server, following pagination cursors."""
+    from mcp.types import PaginatedRequestParams
+
+    tools: list[Tool] = []
+    cursor: str | None = None
+    while True:
+        page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+        tools += page.tools
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+def describe_error(error: BaseException | None) -> str:
+    """One readable line for an error, flattening the exception groups of anyio task groups."""
+    if error is None:
+        return ""
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(describe_error(e) for e in error.exceptions)
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -10,7 +10,7 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty
@@ -358,14 +358,3 @@ async def _exit_status(process: asyncio.subprocess.Process, interval: float = 0.
     while (returncode := process.returncode) is None:  # noqa: ASYNC110 - no event for the exit alone
         await asyncio.sleep(interval)
     return returncode
-
-
-@contextlib.asynccontextmanager
-async def running_kernel(runtime_dir: Path, cwd: Path, env: Mapping[str, str]) -> AsyncIterator[Kernel]:
-    """Start a kernel for the duration of the block."""
-    kernel = Kernel(runtime_dir, cwd, env)
-    await kernel.start()
-    try:
-        yield kernel
-    finally:
-        await kernel.stop()

@@ -31,10 +31,7 @@ class OutputCollector:
 
     def __init__(self, on_event: Callable[[KernelEvent], None]) -> None:
         self.error: str | None = None
-        self._on_event = on_event
-
-    def _emit(self, event: KernelEvent) -> None:
-        self._on_event(event)
+        self._emit = on_event
 
     def add(self, msg: dict[str, Any]) -> None:
         msg_type = msg["msg_type"]

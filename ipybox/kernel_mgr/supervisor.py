@@ -42,9 +42,7 @@ class KernelSupervisor:
     @property
     def kernel(self) -> Kernel:
         if self._kernel is None:
-            raise RuntimeError(
-                "The executor is not started: use `async with CodeExecutor()` or call start()."
-            )
+            raise RuntimeError("No kernel is running: start() was not called, or stop() was.")
         return self._kernel
 
     async def start(self) -> None:

@@ -14,7 +14,9 @@ from ipybox.mcp_apigen.names import UniqueNames, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, py_literal
 from ipybox.mcp_connect import (
     ServerParamsError,
+    describe_error,
     environment,
+    list_all_tools,
     open_session,
     placeholder_values,
     redact,
@@ -170,22 +172,11 @@ def validate_server_name(server_name: str) -> None:
 
 async def list_tools(server_params: dict[str, Any], connect_timeout: float = 30) -> list[ToolSpec]:
     """Connect to an MCP server and list all its tools, following pagination cursors."""
-    from mcp.types import PaginatedRequestParams
 
     async def fetch() -> list[ToolSpec]:
-        tools: list[ToolSpec] = []
         async with open_session(server_params) as session:
-            cursor: str | None = None
-            while True:
-                page = await session.list_tools(
-                    params=PaginatedRequestParams(cursor=cursor) if cursor else None
-                )
-                tools += [
-                    ToolSpec(t.name, t.description, t.input_schema, t.output_schema) for t in page.tools
-                ]
-                cursor = page.next_cursor
-                if not cursor:
-                    return tools
+            tools = await list_all_tools(session)
+        return [ToolSpec(t.name, t.description, t.input_schema, t.output_schema) for t in tools]
 
     try:
         return await asyncio.wait_for(fetch(), connect_timeout)
@@ -198,14 +189,8 @@ async def list_tools(server_params: dict[str, Any], connect_timeout: float = 30)
             raise
         secrets = placeholder_values(server_params, environment())
         raise ConnectionError(
-            redact(f"Could not connect to the MCP server: {_flatten(e)}", secrets)
+            redact(f"Could not connect to the MCP server: {describe_error(e)}", secrets)
         ) from None
-
-
-def _flatten(error: BaseException) -> str:
-    if isinstance(error, BaseExceptionGroup):
-        return "; ".join(_flatten(e) for e in error.exceptions)
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 async def generate_mcp_sources(

@@ -97,10 +97,6 @@ class ToolRunner:
         """Async version of `run_sync`; the blocking call runs in a worker thread."""
         return _unwrap(await asyncio.to_thread(self._call_raw, tool_name, tool_args))
 
-    def call(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any]:
-        """Call a tool and return the tool server's encoded result (text, structured, content)."""
-        return self._call_raw(tool_name, tool_args)
-
     @property
     def _endpoint(self) -> str:
         return self._path or f"{self._address[0]}:{self._address[1]}"

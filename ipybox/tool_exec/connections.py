@@ -8,7 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_connect import open_session
+from ipybox.mcp_connect import describe_error, list_all_tools, open_session
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -36,7 +36,7 @@ class _Connection:
     async def _run(self) -> None:
         try:
             async with open_session(self.params) as session:
-                await _list_all_tools(session)
+                await _learn_output_schemas(session)
                 self._session = session
                 self._ready.set()
                 await self._stop.wait()
@@ -59,7 +59,8 @@ class _Connection:
                 f"MCP server {self.name!r} did not start within {timeout:g} s (connect_timeout)."
             ) from None
         if self._session is None:
-            raise ToolCallError(f"Could not connect to MCP server {self.name!r}: {_describe(self._error)}")
+            reason = describe_error(self._error)
+            raise ToolCallError(f"Could not connect to MCP server {self.name!r}: {reason}")
         return self._session
 
     async def call(self, tool: str, args: dict[str, Any], timeout: float | None) -> CallToolResult:
@@ -95,7 +96,7 @@ class _Connection:
         if self._task in done:
             raise ToolCallError(
                 f"MCP server {self.name!r} closed the connection during the call to {tool!r}"
-                f" ({_describe(self._error) or 'it exited'}). It will be restarted on the next call."
+                f" ({describe_error(self._error) or 'it exited'}). It will be restarted on the next call."
             )
         await self.close()
         raise ToolCallError(f"Tool {tool!r} of MCP server {self.name!r} did not answer within {timeout:g} s.")
@@ -110,32 +111,16 @@ class _Connection:
                 await self._task
 
 
-async def _list_all_tools(session: ClientSession) -> None:
-    """List every tool, following cursors, so the session knows each tool's output schema.
+async def _learn_output_schemas(session: ClientSession) -> None:
+    """List every tool once, so the session knows each tool's output schema.
 
     Otherwise the SDK lists (only the first page of) tools again before validating the result
     of any tool it has not seen, on every call to a tool that is not on that page.
     """
-    from mcp.types import PaginatedRequestParams
-
-    cursor: str | None = None
     try:
-        while True:
-            page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
-            cursor = page.next_cursor
-            if not cursor:
-                return
+        await list_all_tools(session)
     except Exception as e:  # noqa: BLE001 - a server without tools/list can still run its tools
-        logger.debug("could not list the tools of an MCP server: %s", _describe(e))
-
-
-def _describe(error: BaseException | None) -> str:
-    """Flatten exception groups from anyio task groups into one readable line."""
-    if error is None:
-        return ""
-    if isinstance(error, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in error.exceptions)
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        logger.debug("could not list the tools of an MCP server: %s", describe_error(e))
 
 
 class ConnectionPool:

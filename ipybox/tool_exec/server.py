@@ -64,10 +64,9 @@ class ToolServer:
         self._listeners: list[asyncio.Server] = []
         self._handlers: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
-        if log_to_stderr:
-            handler = logging.StreamHandler(sys.stderr)
-            logging.getLogger("ipybox").addHandler(handler)
-        logging.getLogger("ipybox.tool_exec").setLevel(log_level)
+        if log_to_stderr:  # a standalone server; embedded in an application, logging is the app's
+            logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+            logging.getLogger("ipybox.tool_exec").setLevel(log_level)
 
     async def __aenter__(self) -> ToolServer:
         await self.start()
@@ -130,7 +129,12 @@ class ToolServer:
 
         Every call, refused or not, is written to the audit log if there is one.
         """
-        started = time.time()
+        record = {
+            "server_name": server_name,
+            "tool_name": tool_name,
+            "tool_args": tool_args,
+            "started": time.time(),
+        }
         call = f"{server_name}.{tool_name}"
         decision = "refused"
         secrets: set[str] = set()
@@ -158,12 +162,12 @@ class ToolServer:
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
             message = redact(str(e), secrets)
-            self._audit(server_name, tool_name, tool_args, decision, "error", started, message)
+            self._audit(**record, decision=decision, outcome="error", error=message)
             raise ToolCallError(message) from None
         except BaseException:
-            self._audit(server_name, tool_name, tool_args, decision, "cancelled", started)
+            self._audit(**record, decision=decision, outcome="cancelled")
             raise
-        self._audit(server_name, tool_name, tool_args, decision, "ok", started)
+        self._audit(**record, decision=decision, outcome="ok")
         return encoded
 
     async def _call(
@@ -182,28 +186,11 @@ class ToolServer:
             raise ToolCallError(encoded["text"] or f"Tool {tool_name!r} reported an error without a message.")
         return encoded
 
-    def _audit(
-        self,
-        server_name: str,
-        tool_name: str,
-        tool_args: dict[str, Any],
-        decision: str,
-        outcome: str,
-        started: float,
-        error: str | None = None,
-    ) -> None:
+    def _audit(self, **fields: Any) -> None:
         if self.audit is None:
             return
         try:
-            self.audit.record(
-                server_name=server_name,
-                tool_name=tool_name,
-                tool_args=tool_args,
-                decision=decision,
-                outcome=outcome,
-                started=started,
-                error=error,
-            )
+            self.audit.record(**fields)
         except OSError as e:
             logger.error("cannot write the audit log %s: %s", self.audit.path, e)
 

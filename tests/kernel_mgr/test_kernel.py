@@ -7,33 +7,17 @@ import base64
 import os
 import signal
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from servers.launch import eventually, pid_alive
 
 from ipybox.kernel_mgr.kernel import Kernel, KernelDied, describe_exit, kernel_environment
 from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer, OutputCollector, strip_ansi
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-async def _eventually(predicate: Callable[[], bool], timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
 
 
 def _deadline(seconds: float = 30) -> float:
@@ -171,26 +155,37 @@ async def test_kernel_execute_reports_errors(kernel: Kernel) -> None:
     assert "\x1b" not in reply.error
 
 
-async def test_kernel_events_are_delivered_while_running(kernel: Kernel) -> None:
-    loop = asyncio.get_running_loop()
-    times: list[float] = []
-    await kernel.execute(
-        "import time\nprint('a', flush=True)\ntime.sleep(0.5)\nprint('b', flush=True)",
-        lambda _: times.append(loop.time()),
-        _deadline(),
+@pytest.mark.timeout(60)
+async def test_kernel_events_are_delivered_while_running(kernel: Kernel, tmp_path: Path) -> None:
+    # The cell prints "b" only after the test has received "a": were events delivered only
+    # when the cell ends, it would wait until its deadline and raise TimeoutError.
+    go = tmp_path / "go"
+    seen: list[str] = []
+
+    def on_event(event: KernelEvent) -> None:
+        seen.append(event.text)
+        go.touch()
+
+    code = (
+        "import pathlib, time\n"
+        "print('a', flush=True)\n"
+        f"while not pathlib.Path({str(go)!r}).exists():\n"
+        "    time.sleep(0.01)\n"
+        "print('b', flush=True)"
     )
-    assert len(times) == 2
-    assert times[1] - times[0] >= 0.3
+    reply = await kernel.execute(code, on_event, _deadline())
+    assert reply.status == "ok", reply.error
+    assert seen == ["a\n", "b\n"]
 
 
 @pytest.mark.timeout(60)
 async def test_kernel_timeout_interrupts_and_keeps_state(kernel: Kernel) -> None:
     await _run(kernel, "x = 5")
-    started = time.monotonic()
+    pid = kernel.pid
     with pytest.raises(TimeoutError):
-        await kernel.execute("import time\ntime.sleep(30)", lambda _: None, _deadline(0.5))
-    assert time.monotonic() - started < 3
-    assert kernel.alive
+        await kernel.execute("import time\ntime.sleep(3600)", lambda _: None, _deadline(0.5))
+    # interrupted, not killed: the same process runs the next cell, with its state
+    assert kernel.alive and kernel.pid == pid
     assert (await _run(kernel, "print(x)"))[0] == "5\n"
 
 
@@ -199,14 +194,12 @@ async def test_kernel_ignoring_interrupt_is_killed(kernel: Kernel) -> None:
     pid = kernel.pid
     assert pid is not None
     code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
-    started = time.monotonic()
     with pytest.raises(KernelDied) as info:
         await kernel.execute(code, lambda _: None, _deadline(0.5), interrupt_grace=1)
-    assert time.monotonic() - started < 5
     assert info.value.returncode is None
     assert "stopped responding" in str(info.value)
     assert not kernel.alive
-    assert await _eventually(lambda: not _pid_alive(pid))
+    assert await eventually(lambda: not pid_alive(pid))
 
 
 @pytest.mark.timeout(60)
@@ -222,9 +215,10 @@ async def test_kernel_death_raises_kernel_died(kernel: Kernel) -> None:
 @pytest.mark.timeout(60)
 async def test_cancelled_execute_interrupts_cell_and_next_output_is_not_lost(kernel: Kernel) -> None:
     started = asyncio.Event()
+    pid = kernel.pid
     task = asyncio.create_task(
         kernel.execute(
-            "import time\nprint('started', flush=True)\ntime.sleep(30)",
+            "import time\nprint('started', flush=True)\ntime.sleep(3600)",
             lambda _: started.set(),
             _deadline(),
         )
@@ -233,11 +227,11 @@ async def test_cancelled_execute_interrupts_cell_and_next_output_is_not_lost(ker
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    # Sent right away, while the cancelled cell may still be being interrupted.
-    begin = time.monotonic()
-    text, _ = await _run(kernel, "print('next')", seconds=10)
+    # Sent right away, while the cancelled cell may still be being interrupted. Had the cancel
+    # not interrupted it, this cell would wait behind an hour's sleep and time out.
+    text, _ = await _run(kernel, "print('next')")
     assert text == "next\n"
-    assert time.monotonic() - begin < 5
+    assert kernel.pid == pid  # interrupted, not killed
 
 
 @pytest.mark.timeout(60)
@@ -246,11 +240,11 @@ async def test_kernel_stop_kills_process_group(kernel: Kernel) -> None:
     code = "import subprocess\nprint(subprocess.Popen(['sh', '-c', 'trap \"\" TERM; sleep 300']).pid)"
     text, _ = await _run(kernel, code)
     child = psutil.Process(int(text))
-    assert await _eventually(lambda: bool(child.children()))  # the trap is set, `sleep` runs
+    assert await eventually(lambda: bool(child.children()))  # the trap is set, `sleep` runs
     pids = [child.pid] + [p.pid for p in child.children()]
     await kernel.stop()
     assert not kernel.alive
-    assert await _eventually(lambda: not any(_pid_alive(pid) for pid in pids))
+    assert await eventually(lambda: not any(pid_alive(pid) for pid in pids))
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
@@ -281,7 +275,7 @@ async def test_orphaned_kernel_exits_when_parent_dies(tmp_path: Path) -> None:
     )
     stdout, _ = await asyncio.wait_for(process.communicate(), 60)
     pid = int(stdout)
-    assert await _eventually(lambda: not _pid_alive(pid), timeout=10)
+    assert await eventually(lambda: not pid_alive(pid), timeout=10)
 
 
 # --- KernelSupervisor ----------------------------------------------------------------------------
@@ -311,11 +305,9 @@ async def test_supervisor_replace_swaps_in_warm_spare(supervisor: KernelSupervis
     spare_pid = _spare_pid(supervisor)
     assert spare_pid != first_pid
 
-    started = time.monotonic()
     await supervisor.replace()
-    assert time.monotonic() - started < 0.5
-    assert supervisor.kernel.pid == spare_pid
-    assert await _eventually(lambda: not _pid_alive(first_pid))
+    assert supervisor.kernel.pid == spare_pid  # the warm spare, not a kernel started on demand
+    assert await eventually(lambda: not pid_alive(first_pid))
     # A new spare is on its way.
     await supervisor.spare_ready()
     assert _spare_pid(supervisor) not in (first_pid, spare_pid)
@@ -357,12 +349,12 @@ async def test_supervisor_stop_stops_all_kernels(runtime_dir: Path, tmp_path: Pa
     pids.add(supervisor.kernel.pid)
     await supervisor.stop()  # stops the current kernel, the new spare (maybe still starting), the retired one
     assert None not in pids and len(pids) == 2
-    assert await _eventually(lambda: not any(_pid_alive(pid) for pid in pids if pid is not None))
-    assert await _eventually(
-        lambda: not any(_pid_alive(p.pid) for p in psutil.Process().children(recursive=True))
+    assert await eventually(lambda: not any(pid_alive(pid) for pid in pids if pid is not None))
+    assert await eventually(
+        lambda: not any(pid_alive(p.pid) for p in psutil.Process().children(recursive=True))
     )
     assert list(runtime_dir.iterdir()) == []
-    with pytest.raises(RuntimeError, match="not started"):
+    with pytest.raises(RuntimeError, match="No kernel is running"):
         supervisor.kernel  # noqa: B018
 
 
