@@ -332,6 +332,7 @@ class Kernel:
             # Children of the kernel (e.g. a background `!sleep`) share its process group.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
+            await self._drain_stderr(process, grace)
         for task in (self._exited, self._stderr_task):
             if task is not None and not task.done():
                 task.cancel()
@@ -340,6 +341,18 @@ class Kernel:
         if self._cgroup is not None:
             self._cgroup.remove()
         self._remove_files()
+
+    async def _drain_stderr(self, process: asyncio.subprocess.Process, timeout: float) -> None:
+        """Read the kernel's stderr to its end, which comes once every process holding it is gone.
+
+        Only then does asyncio close the process's transport; one left open warns when it is
+        garbage-collected, and fails if its event loop is closed by then.
+        """
+        if process.stderr is None:
+            return
+        drain = self._stderr_task or asyncio.ensure_future(self._discard(process.stderr))
+        with contextlib.suppress(Exception):  # TimeoutError: something outside the group still holds it
+            await asyncio.wait_for(drain, timeout)
 
     def _remove_files(self) -> None:
         for path in self._runtime_dir.glob(f"{self._name}*"):
