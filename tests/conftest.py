@@ -6,8 +6,29 @@ import pytest
 from ipybox import CodeExecutor
 
 
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Keep ipybox's server registry of every test in a temporary directory, never the user's.
+
+    Packages with other needs override it: tests/sandbox (a state dir outside every workspace
+    and a PATH with srt), tests/mcp_server (the server's own state dir, passed in its env).
+    """
+    state = tmp_path / "ipybox-state"
+    monkeypatch.setenv("IPYBOX_STATE_DIR", str(state))
+    return state
+
+
 @pytest.fixture
 async def executor(tmp_path: Path) -> AsyncIterator[CodeExecutor]:
     """A started executor (with a warm spare kernel) whose working directory is `tmp_path`."""
     async with CodeExecutor(working_dir=tmp_path) as executor:
         yield executor
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-full",
+        action="store_true",
+        default=False,
+        help="run the reliability soak and load tests at full scale (10,000 executions) instead of CI counts",
+    )

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from servers.launch import require_sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 NODE_BIN = REPO / "node_modules" / ".bin"
@@ -73,8 +73,8 @@ def test_tool_server_example_accepts_and_rejects(tmp_path: Path) -> None:
     assert "echo: ToolRunnerError: Tool call everything.echo was rejected by the application." in out
 
 
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap not installed")
 def test_sandbox_example_blocks_and_allows(tmp_path: Path) -> None:
+    require_sandbox()
     out = run([sys.executable, "examples/sandbox.py"], tmp_path)
     assert "read .env: blocked -> PermissionError" in out
     assert "write outside the working directory: blocked -> OSError: [Errno 30] Read-only file system" in out

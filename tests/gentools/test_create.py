@@ -15,12 +15,6 @@ from ipybox.gentools import create_gentool, template_dir
 FILES = ["__init__.py", "api.py", "impl.py"]
 
 
-@pytest.fixture(autouse=True)
-def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Server registrations (by generate_mcp_sources) go to a throwaway registry."""
-    monkeypatch.setenv("IPYBOX_STATE_DIR", str(tmp_path / "ipybox-state"))
-
-
 def test_creates_package_from_template(tmp_path: Path) -> None:
     root = tmp_path / "gentools"
     package = create_gentool("github", "top_repos", "Latest commits of top repos.", root=root)

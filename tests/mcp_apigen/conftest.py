@@ -19,14 +19,6 @@ from ipybox import CodeExecutor, generate_mcp_sources
 from ipybox.tool_exec import registry
 
 
-@pytest.fixture(autouse=True)
-def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Keep the server registry of every test in a temporary directory."""
-    state = tmp_path / "ipybox-state"
-    monkeypatch.setenv("IPYBOX_STATE_DIR", str(state))
-    return state
-
-
 @dataclass
 class GeneratedApi:
     """A generated package `root/name/`, importable in-process as `name` (a unique name)."""

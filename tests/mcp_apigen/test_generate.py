@@ -6,7 +6,6 @@ import importlib
 import json
 import keyword
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 from servers.launch import (
     NASTY_TOOL_COUNT,
+    approve_each,
     everything_params,
     free_port,
     nasty_params,
@@ -23,7 +23,6 @@ from servers.launch import (
 from servers.nasty_server import TOOLS
 
 from ipybox import (
-    ApprovalRequest,
     CodeExecutionError,
     CodeExecutionResult,
     CodeExecutor,
@@ -143,11 +142,12 @@ async def test_generation_registers_the_server(tmp_path: Path) -> None:
 @pytest.mark.parametrize("server_name", ["../x", "a-b", "class", "", "x/y", "1abc", " x", "a.b", "None"])
 async def test_invalid_server_name_raises_and_writes_nothing(tmp_path: Path, server_name: str) -> None:
     root = tmp_path / "mcptools"
-    start = time.monotonic()
+    # A "server" that leaves a file behind once started (and then exits).
+    started = tmp_path / "server-started"
+    params = {"command": sys.executable, "args": ["-c", f"open({str(started)!r}, 'w')"]}
     with pytest.raises(ValueError, match="server_name"):
-        await generate_mcp_sources(server_name, nasty_params(), root)
-    assert time.monotonic() - start < 1  # rejected before the server is started
-    assert tree(tmp_path) == set()
+        await generate_mcp_sources(server_name, params, root)
+    assert tree(tmp_path) == set()  # nothing generated, and the server was never started
     assert not registry_file().exists()
 
 
@@ -181,47 +181,39 @@ async def test_bad_server_params_raise_a_clear_error(
     assert not registry_file().exists()
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(10)  # fails fast: waiting out connect_timeout (or a hang) fails the test
 @pytest.mark.parametrize("command", ["/nonexistent/mcp-server", "no-such-mcp-server-command-xyz"])
 async def test_command_that_does_not_exist(tmp_path: Path, command: str) -> None:
-    start = time.monotonic()
     with pytest.raises(ConnectionError, match="Could not connect") as info:
         await generate_mcp_sources("srv", {"command": command}, tmp_path / "mcptools")
-    assert time.monotonic() - start < 10
     assert command in str(info.value)
     assert not (tmp_path / "mcptools" / "srv").exists()
     assert not registry_file().exists()
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(10)  # fails fast: waiting out connect_timeout (or a hang) fails the test
 @pytest.mark.parametrize("path", ["mcp", "sse"])
 async def test_url_with_nothing_listening(tmp_path: Path, path: str) -> None:
     url = f"http://127.0.0.1:{free_port()}/{path}"
-    start = time.monotonic()
     with pytest.raises(ConnectionError, match="Could not connect"):
         await generate_mcp_sources("srv", {"url": url}, tmp_path / "mcptools", connect_timeout=20)
-    assert time.monotonic() - start < 10
     assert not (tmp_path / "mcptools" / "srv").exists()
     assert not registry_file().exists()
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(10)  # fails fast: waiting out connect_timeout (or a hang) fails the test
 async def test_server_that_exits_at_once(tmp_path: Path) -> None:
     params = {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}
-    start = time.monotonic()
     with pytest.raises(ConnectionError, match="Could not connect"):
         await generate_mcp_sources("srv", params, tmp_path / "mcptools")
-    assert time.monotonic() - start < 10
     assert not registry_file().exists()
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(10)  # gives up after connect_timeout: a hang fails the test
 async def test_server_that_never_answers_times_out(tmp_path: Path) -> None:
     params = {"command": sys.executable, "args": ["-c", "import time; time.sleep(60)"]}
-    start = time.monotonic()
     with pytest.raises(ConnectionError, match="did not answer within 1 s"):
         await generate_mcp_sources("srv", params, tmp_path / "mcptools", connect_timeout=1)
-    assert time.monotonic() - start < 10
     assert not (tmp_path / "mcptools" / "srv").exists()
 
 
@@ -497,15 +489,7 @@ print(mp.run(mp.Params(
 )))
 print(np.run(np.Params(**{{"class": "c", "from": "f", "self": "s", "user-name": "alias", "123abc": 1}})))
 """
-    requests: list[ApprovalRequest] = []
-    result: CodeExecutionResult | None = None
-    async for item in nasty_executor.stream(code):
-        if isinstance(item, ApprovalRequest):
-            requests.append(item)
-            await item.accept()
-        elif isinstance(item, CodeExecutionResult):
-            result = item
-    assert result is not None
+    requests, result = await approve_each(nasty_executor, code)
     first, second, third = echoed(result)
     assert first == {
         "class": "c",
@@ -741,10 +725,3 @@ def test_result_models_validate_in_process(nasty_api: GeneratedApi) -> None:
     ref = nasty_api.module("ref_output")
     result = ref.Result.model_validate({"received": {}, "origin": {"x": 0, "y": 1}, "points": []})
     assert result.origin.y == 1.0
-
-
-@pytest.mark.timeout(30)
-async def test_generation_is_reasonably_fast(tmp_path: Path) -> None:
-    start = time.monotonic()
-    await generate_mcp_sources("srv", nasty_params(), tmp_path)
-    assert time.monotonic() - start < 15

@@ -7,6 +7,8 @@ import contextlib
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -18,12 +20,10 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.session import LoggingFnT
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import CallToolResult, ImageContent, TextContent
-
-REPO = Path(__file__).resolve().parents[2]
-NODE_BIN = REPO / "node_modules" / ".bin"
-NASTY_SERVER = REPO / "tests" / "servers" / "nasty_server.py"
+from servers.launch import NASTY_SERVER, NODE_BIN, free_port, wait_for_port
 
 #: The console script of the project's environment; `python -m ipybox.mcp_server` is the same.
 IPYBOX = Path(sys.executable).parent / "ipybox"
@@ -130,6 +130,48 @@ async def open_ipybox(
         ):
             await session.initialize()
             yield Ipybox(session, workspace, log_file)
+
+
+def start_http_ipybox(
+    workspace: Path, state_dir: Path, log_file: Path, timeout: float = 30
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start `ipybox --transport streamable-http` on a free port (output to `log_file`) and wait
+    until it listens; the process and its MCP URL. The caller stops the process."""
+    port = free_port()
+    with log_file.open("w") as log:
+        process = subprocess.Popen(
+            [*IPYBOX_COMMAND, "--workspace", str(workspace), "--transport", "streamable-http"]
+            + ["--host", "127.0.0.1", "--port", str(port)],
+            env=server_env(state_dir),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    if (problem := wait_for_port(process, port, timeout)) is not None:
+        process.kill()
+        process.wait()
+        pytest.fail(f"ipybox {problem}:\n{log_file.read_text()[-3000:]}")
+    return process, f"http://127.0.0.1:{port}/mcp"
+
+
+def sigterm_survivors(
+    process: subprocess.Popen[bytes], timeout: float = 15, grace: float = 5
+) -> list[psutil.Process]:
+    """Stop `process` with SIGTERM (waiting up to `timeout` s); what it started that outlives it
+    by `grace` s."""
+    started = psutil.Process(process.pid).children(recursive=True)
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=timeout)
+    _, alive = psutil.wait_procs(started, timeout=grace)
+    return list(alive)
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session over streamable HTTP."""
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
 
 
 def ipybox_processes(workspace: Path) -> list[psutil.Process]:

@@ -65,17 +65,23 @@ async def test_output_flood_is_cut_and_host_memory_stays_bounded(workspace: Path
 
 @requires_node
 async def test_audit_log_records_tool_calls_in_the_workspace(workspace: Path, state_dir: Path) -> None:
-    (workspace / ".env").write_text("API_KEY=do-not-log-me-123\n")
+    secret = "do-not-log-me-123"
+    (workspace / ".env").write_text(f"API_KEY={secret}\n")
     params = dict(EVERYTHING) | {"env": {"API_KEY": "${API_KEY}"}}
+    code = (
+        "from mcptools.everything import echo, get_env\n"
+        "env = get_env.run(get_env.Params())\n"
+        "print(echo.run(echo.Params(message=env)))"  # the secret travels in a tool argument
+    )
     async with open_ipybox(workspace, state_dir) as box:
         await box.register("everything", params)
-        await box.output("from mcptools.everything import echo\nprint(echo.run(echo.Params(message='hi')))")
+        echoed = await box.output(code)
+    assert secret in echoed  # the kernel did get it through the tools...
     log = workspace / ".ipybox" / "audit.jsonl"
-    [entry] = [json.loads(line) for line in log.read_text().splitlines()]
-    assert (entry["server"], entry["tool"], entry["decision"], entry["outcome"]) == (
-        "everything",
-        "echo",
-        "auto",
-        "ok",
-    )
-    assert "do-not-log-me-123" not in log.read_text()
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["server"], e["tool"], e["decision"], e["outcome"]) for e in entries] == [
+        ("everything", "get-env", "auto", "ok"),
+        ("everything", "echo", "auto", "ok"),
+    ]
+    assert "***" in json.dumps(entries[1]["args"])  # ...but the audit trail has it redacted
+    assert secret not in log.read_text()

@@ -17,6 +17,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
+from servers.launch import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / "node_modules" / ".bin"
@@ -84,23 +85,10 @@ def claude_home(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def ipybox_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Our wheel, built once per session (also used by tests/gentools)."""
-    out = tmp_path_factory.getbasetemp() / "ipybox-wheel"
-    if not out.is_dir():  # the fixture may be imported by several test modules
-        uv = shutil.which("uv")
-        if uv is None:
-            pytest.skip("uv is not installed")
-        build = subprocess.run(
-            [uv, "build", "--wheel", "--out-dir", str(out)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-        )
-        assert build.returncode == 0, build.stderr
-    wheels = list(out.glob(f"ipybox-{project_version()}-*.whl"))
-    assert len(wheels) == 1, wheels
-    return wheels[0]
+    # one directory for the session: the fixture may be imported by several test modules
+    wheel = build_wheel(REPO, tmp_path_factory.getbasetemp() / "ipybox-wheel")
+    assert wheel.name.startswith(f"ipybox-{project_version()}-"), wheel
+    return wheel
 
 
 @dataclass

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from servers.launch import build_wheel, require_sandbox
 
 from ipybox.sandbox import DEFAULT_CONFIG, WORKSPACE_CONFIG
 
 from .conftest import (
     EVERYTHING,
     IPYBOX_TOOLS,
-    NODE_BIN,
     PLUGINS,
     REPO,
     SKILL,
@@ -231,11 +231,6 @@ def test_wheel_has_the_gentools_template(ipybox_wheel: Path) -> None:
         )
 
 
-def sandbox_available() -> bool:
-    path = os.pathsep.join([str(NODE_BIN), os.environ.get("PATH", "")])
-    return all(shutil.which(tool, path=path) for tool in ("srt", "bwrap", "socat", "rg"))
-
-
 IDENTITY = """\
 import importlib.metadata, json, sys, ipybox
 print(json.dumps({"file": ipybox.__file__, "version": importlib.metadata.version("ipybox"),
@@ -259,8 +254,8 @@ async def test_plugin_server_answers_mcp_client(plugin: str, uvx_env: UvxEnv, tm
     """Start the server exactly as the plugin's .mcp.json says, as Claude Code would: in the project."""
     entry = mcp_config(plugin)
     sandboxed = "--sandbox" in entry["args"]
-    if sandboxed and not sandbox_available():
-        pytest.skip("sandbox-runtime (srt, bwrap, socat, rg) is not available")
+    if sandboxed:
+        require_sandbox()
     workspace = tmp_path / "project"
     workspace.mkdir()
     env = uvx_env.env | {"IPYBOX_STATE_DIR": str(tmp_path / "state")}
@@ -325,8 +320,7 @@ async def test_default_plugin_fills_placeholders_from_project_env(uvx_env: UvxEn
 @pytest.mark.timeout(300)
 async def test_sandbox_plugin_uses_project_sandbox_config(uvx_env: UvxEnv, tmp_path: Path) -> None:
     """A sandbox-config.json in the project replaces the default policy (plugin description)."""
-    if not sandbox_available():
-        pytest.skip("sandbox-runtime (srt, bwrap, socat, rg) is not available")
+    require_sandbox()
     entry = mcp_config("codeact-sandbox")
     workspace = tmp_path / "project"
     workspace.mkdir()
@@ -406,19 +400,7 @@ def test_dockerfile_copies_enough_to_build_the_wheel(tmp_path: Path) -> None:
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(src, target)
-    uv = shutil.which("uv")
-    if uv is None:
-        pytest.skip("uv is not installed")
-    out = tmp_path / "dist"
-    build = subprocess.run(
-        [uv, "build", "--wheel", "--out-dir", str(out)],
-        cwd=context,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert build.returncode == 0, build.stderr
-    (wheel,) = out.glob("*.whl")
+    wheel = build_wheel(context, tmp_path / "dist")
     with zipfile.ZipFile(wheel) as zf:
         assert "ipybox/gentools/template/api.py.tmpl" in zf.namelist()
         assert "ipybox/mcp_server/server.py" in zf.namelist()

@@ -2,35 +2,27 @@
 
 Tests that start a sandbox depend on `srt_available`, which skips them (with the reason) only
 when sandbox-runtime, bubblewrap, socat or ripgrep is not installed or bubblewrap cannot
-create namespaces on this machine. Everything else runs without them.
+create namespaces on this machine, and fails them instead in CI (`CI=true`): see
+`servers.launch.require_sandbox`. Everything else runs without them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import functools
 import http.server
 import json
 import os
-import platform
-import shutil
-import subprocess
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from servers.launch import EVERYTHING, SANDBOX_PATH, alive, describe, eventually, require_sandbox
 
 from ipybox import CodeExecutor
 from ipybox.sandbox import DEFAULT_CONFIG
-
-REPO = Path(__file__).resolve().parents[2]
-NODE_BIN = REPO / "node_modules" / ".bin"
-SANDBOX_PATH = os.pathsep.join(p for p in (str(NODE_BIN), os.environ.get("PATH", "")) if p)
 
 #: What the workspace's `.env` holds; no sandboxed code may ever see it.
 ENV_SECRET = "ipybox-dotenv-secret-5f0c1d"
@@ -46,28 +38,10 @@ def attempt(fn):
 """
 
 
-@functools.cache
-def sandbox_unavailable() -> str | None:
-    """Why sandboxes cannot run on this machine, or None if they can."""
-    if platform.system() != "Linux":
-        return "the sandbox tests target Linux (bubblewrap)"
-    missing = [tool for tool in ("srt", "bwrap", "socat", "rg") if not shutil.which(tool, path=SANDBOX_PATH)]
-    if missing:
-        return f"sandbox tools not installed: {', '.join(missing)}"
-    bwrap = shutil.which("bwrap", path=SANDBOX_PATH)
-    assert bwrap is not None
-    probe = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    probe += ["--unshare-user", "--unshare-pid", "--unshare-net", "--", "true"]
-    done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        return f"bubblewrap cannot create namespaces here: {done.stderr.strip()}"
-    return None
-
-
 @pytest.fixture
 def srt_available() -> None:
-    if (reason := sandbox_unavailable()) is not None:
-        pytest.skip(reason)
+    """Skip the test when no sandbox can run here (fail it in CI)."""
+    require_sandbox()
 
 
 @pytest.fixture(autouse=True)
@@ -123,29 +97,12 @@ async def probe(executor: CodeExecutor, code: str, timeout: float = 60) -> Any:
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 15) -> None:
-    """Poll `predicate` until it holds; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail("condition not reached in time")
-        await asyncio.sleep(0.05)
+    """Poll `predicate` until it holds; fail the test if it does not within `timeout` seconds."""
+    if not await eventually(predicate, timeout):
+        pytest.fail("condition not reached in time")
 
 
 # --- processes ----------------------------------------------------------------------------------
-
-
-def alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def describe(process: psutil.Process) -> str:
-    try:
-        return f"{process.pid} {' '.join(process.cmdline())[:160]}"
-    except psutil.Error:
-        return str(process.pid)
 
 
 class ProcessWatch:
@@ -177,24 +134,24 @@ class ProcessWatch:
                 continue
         return found
 
+    def left(self, runtime_dir: str | None = None) -> dict[int, psutil.Process]:
+        """Recorded or new descendants still alive; also any process naming `runtime_dir`."""
+        left = {p.pid: p for p in self.snapshot()}
+        left |= {pid: p for pid, p in self.seen.items() if alive(p)}
+        if runtime_dir is not None:
+            for process in psutil.process_iter():
+                try:
+                    if alive(process) and runtime_dir in " ".join(process.cmdline()):
+                        left[process.pid] = process
+                except psutil.Error:
+                    continue
+        return left
+
     async def assert_all_gone(self, timeout: float = 5, runtime_dir: str | None = None) -> None:
         """Poll until no recorded or new descendant lives; also no process naming `runtime_dir`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = {p.pid: p for p in self.snapshot()}
-            left |= {pid: p for pid, p in self.seen.items() if alive(p)}
-            if runtime_dir is not None:
-                for process in psutil.process_iter():
-                    try:
-                        if alive(process) and runtime_dir in " ".join(process.cmdline()):
-                            left[process.pid] = process
-                    except psutil.Error:
-                        continue
-            if not left:
-                return
-            if time.monotonic() >= deadline:
-                pytest.fail("processes outlived the executor:\n" + "\n".join(map(describe, left.values())))
-            await asyncio.sleep(0.1)
+        if not await eventually(lambda: not self.left(runtime_dir), timeout, interval=0.1):
+            left = self.left(runtime_dir)
+            pytest.fail("processes outlived the executor:\n" + "\n".join(map(describe, left.values())))
 
 
 @pytest.fixture
@@ -244,9 +201,6 @@ def local_server() -> Iterator[LocalServer]:
 
 
 # --- MCP servers ----------------------------------------------------------------------------------
-
-EVERYTHING = NODE_BIN / "mcp-server-everything"
-FILESYSTEM = NODE_BIN / "mcp-server-filesystem"
 
 
 @pytest.fixture

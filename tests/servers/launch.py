@@ -1,17 +1,30 @@
-"""Parameters and process helpers for the MCP servers the tests run (nasty, everything, filesystem)."""
+"""Helpers shared by the tests (importable as `servers.launch`, since tests/ is on sys.path).
+
+Parameters of the MCP servers the tests run (nasty, everything, filesystem) and an HTTP server
+runner; process helpers and polling; running a cell that approves its tool calls; whether a
+sandbox can run here; the environment a process needs to reach the package index; our wheel.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
+import platform
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
+import pytest
+
+from ipybox import ApprovalRequest, CodeExecutionResult, CodeExecutor
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / "node_modules" / ".bin"
@@ -46,32 +59,170 @@ def free_port() -> int:
         return port
 
 
-def _alive(process: psutil.Process) -> bool:
+# --- processes and polling --------------------------------------------------------------------
+
+
+def alive(process: psutil.Process) -> bool:
+    """Whether `process` runs (a zombie does not)."""
     try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
 
 
-def child_pids(needle: str) -> set[int]:
-    """Live descendants of this process whose command line contains `needle`."""
+def pid_alive(pid: int) -> bool:
+    try:
+        return alive(psutil.Process(pid))
+    except psutil.Error:
+        return False
+
+
+def describe(process: psutil.Process) -> str:
+    """`pid command line` (shortened), for failure messages."""
+    try:
+        return f"{process.pid} {' '.join(process.cmdline())[:160]}"
+    except psutil.Error:
+        return str(process.pid)
+
+
+def child_pids(needle: str = "") -> set[int]:
+    """Live descendants of this process whose command line contains `needle` (all without one)."""
     pids = set()
     for child in psutil.Process().children(recursive=True):
         try:
-            if _alive(child) and any(needle in part for part in child.cmdline()):
+            if alive(child) and (not needle or any(needle in part for part in child.cmdline())):
                 pids.add(child.pid)
         except psutil.Error:
             continue
     return pids
 
 
-def wait_until(predicate: Any, timeout: float = 5.0, interval: float = 0.05) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.05) -> bool:
+    """Poll `predicate` (blocking) until it holds; False if it still does not after `timeout` s."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
     return True
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> bool:
+    """Poll `predicate` on the event loop until it holds; False if it still does not after `timeout` s.
+
+    A polling limit for conditions that settle asynchronously (a process exiting), not a
+    performance bound: tests assert what happens, never how fast.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(interval)
+    return True
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_for_port(process: subprocess.Popen[bytes], port: int, timeout: float = 20) -> str | None:
+    """Wait until `process` listens on 127.0.0.1:`port`; None, or why it does not."""
+    wait_until(lambda: process.poll() is not None or _listening(port), timeout)
+    if process.poll() is not None:
+        return f"exited with {process.returncode}"
+    if not _listening(port):
+        return f"did not listen on port {port} within {timeout} s"
+    return None
+
+
+async def approve_each(
+    executor: CodeExecutor, code: str, timeout: float = 120
+) -> tuple[list[ApprovalRequest], CodeExecutionResult]:
+    """Run `code` with `stream()`, accepting every approval request; the requests and the result."""
+    requests: list[ApprovalRequest] = []
+    result: CodeExecutionResult | None = None
+    async for item in executor.stream(code, timeout=timeout):
+        if isinstance(item, ApprovalRequest):
+            requests.append(item)
+            await item.accept()
+        elif isinstance(item, CodeExecutionResult):
+            result = item
+    assert result is not None, "stream() ended without a result"
+    return requests, result
+
+
+# --- what a test needs from the machine -----------------------------------------------------------
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the test because `reason`; in CI (`CI=true`), where everything must run, fail it."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: this must not be skipped in CI)")
+    pytest.skip(reason)
+
+
+#: PATH with the repo's node tools (srt, the node MCP servers) first.
+SANDBOX_PATH = os.pathsep.join(p for p in (str(NODE_BIN), os.environ.get("PATH", "")) if p)
+SANDBOX_TOOLS = ("srt", "bwrap", "socat", "rg")
+
+
+@functools.cache
+def sandbox_unavailable() -> str | None:
+    """Why sandboxes (sandbox-runtime on bubblewrap) cannot run on this machine, or None if they can."""
+    if platform.system() != "Linux":
+        return "the sandbox tests target Linux (bubblewrap)"
+    missing = [tool for tool in SANDBOX_TOOLS if not shutil.which(tool, path=SANDBOX_PATH)]
+    if missing:
+        return f"sandbox tools not installed: {', '.join(missing)}"
+    bwrap = shutil.which("bwrap", path=SANDBOX_PATH)
+    assert bwrap is not None
+    probe = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    probe += ["--unshare-user", "--unshare-pid", "--unshare-net", "--", "true"]
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        return f"bubblewrap cannot create namespaces here: {done.stderr.strip()}"
+    return None
+
+
+def require_sandbox() -> None:
+    """Skip the calling test if no sandbox can run here (fail it in CI)."""
+    if (reason := sandbox_unavailable()) is not None:
+        unavailable(reason)
+
+
+#: Prefixes of variables a process may need to reach the package index (certificates, mirrors).
+NETWORK_ENV = ("SSL_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_", "UV_")
+
+
+def network_env() -> dict[str, str]:
+    """What a user's environment needs to reach the package index (proxies, certificates, mirrors)."""
+    return {
+        k: v for k, v in os.environ.items() if k.startswith(NETWORK_ENV) or k.endswith(("_PROXY", "_proxy"))
+    }
+
+
+def build_wheel(project: Path, out: Path) -> Path:
+    """`uv build --wheel` of `project` into `out` (unless `out` exists already); the wheel there."""
+    if not out.is_dir():
+        uv = shutil.which("uv")
+        if uv is None:
+            unavailable("uv is not installed")
+        build = subprocess.run(
+            [uv, "build", "--wheel", "--out-dir", str(out)],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
+        assert build.returncode == 0, build.stderr
+    wheels = list(out.glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
 
 
 class HttpServer:
@@ -98,20 +249,10 @@ class HttpServer:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server-everything {self.kind} exited with {self.process.returncode}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise TimeoutError(
-                        f"server-everything {self.kind} did not listen on {self.port}"
-                    ) from None
-                time.sleep(0.05)
+        if (problem := wait_for_port(self.process, self.port, timeout)) is not None:
+            self.kill()
+            raise RuntimeError(f"server-everything {self.kind} {problem}")
+        return self
 
     def kill(self) -> None:
         if self.process is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,18 +11,16 @@ from typing import Any
 import pytest
 from servers.launch import HttpServer, everything_params, nasty_params, node_servers_installed
 
-from ipybox import CodeExecutor, generate_mcp_sources
+from ipybox import (
+    ApprovalRequest,
+    CodeExecutionError,
+    CodeExecutionResult,
+    CodeExecutor,
+    generate_mcp_sources,
+)
 from ipybox.tool_exec import registry
 
 requires_node = pytest.mark.skipif(not node_servers_installed(), reason="node MCP test servers not installed")
-
-
-@pytest.fixture(autouse=True)
-def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Keep the server registry of every test in a temporary directory."""
-    state = tmp_path / "ipybox-state"
-    monkeypatch.setenv("IPYBOX_STATE_DIR", str(state))
-    return state
 
 
 @dataclass
@@ -61,6 +59,30 @@ async def executor(workspace: Workspace, _state_dir: Path) -> AsyncIterator[Code
     workspace.register()
     async with CodeExecutor(working_dir=workspace.root, spare_kernel=False) as executor:
         yield executor
+
+
+async def collect(
+    executor: CodeExecutor,
+    code: str,
+    decide: Callable[[ApprovalRequest], str] = lambda request: "reject",
+    timeout: float = 60,
+) -> tuple[list[ApprovalRequest], CodeExecutionResult | CodeExecutionError]:
+    """Run `code` with stream(); `decide` returns "accept", "reject" or "ignore" for each request."""
+    requests: list[ApprovalRequest] = []
+    try:
+        async for item in executor.stream(code, timeout=timeout):
+            if isinstance(item, ApprovalRequest):
+                requests.append(item)
+                decision = decide(item)
+                if decision == "accept":
+                    await item.accept()
+                elif decision == "reject":
+                    await item.reject()
+            elif isinstance(item, CodeExecutionResult):
+                return requests, item
+    except CodeExecutionError as e:
+        return requests, e
+    raise AssertionError("stream() ended without a result")
 
 
 @pytest.fixture

@@ -8,11 +8,10 @@ must not let kernel code approve tool calls, and must ask the application about 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from servers.launch import nasty_params
+from servers.launch import eventually, nasty_params
 
 from ipybox import (
     ApprovalRequest,
@@ -22,7 +21,7 @@ from ipybox import (
     generate_mcp_sources,
 )
 
-from .conftest import Workspace
+from .conftest import Workspace, collect
 
 #: Kernel code defining `raw(request)`: one JSON request over the tool server's socket, one reply.
 RAW_CLIENT = """
@@ -47,22 +46,6 @@ def raw(request):
         sock.sendall(json.dumps(request).encode() + b"\\n")
         return read_reply(sock)
 """
-
-
-async def collect(
-    executor: CodeExecutor, code: str, decide: Callable[[ApprovalRequest], str] = lambda r: "reject"
-) -> tuple[list[ApprovalRequest], CodeExecutionResult | CodeExecutionError]:
-    requests: list[ApprovalRequest] = []
-    try:
-        async for item in executor.stream(code, timeout=60):
-            if isinstance(item, ApprovalRequest):
-                requests.append(item)
-                await (item.accept() if decide(item) == "accept" else item.reject())
-            elif isinstance(item, CodeExecutionResult):
-                return requests, item
-    except CodeExecutionError as e:
-        return requests, e
-    raise AssertionError("stream() ended without a result")
 
 
 def replies(result: CodeExecutionResult | CodeExecutionError) -> list[dict[str, object]]:
@@ -159,34 +142,60 @@ print(json.dumps({"ok": True, "result": echo.run(echo.Params(message="sneaky"))}
 
 
 @pytest.mark.timeout(60)
-async def test_kernel_holding_an_approval_socket_cannot_approve(attacker: CodeExecutor) -> None:
-    """An open connection that tried to approve and a pending call on another connection."""
-    code = """
-import threading
+async def test_connection_open_while_a_call_awaits_approval_cannot_approve_it(
+    attacker: CodeExecutor, tmp_path: Path
+) -> None:
+    """Kernel code opens a connection before its tool call, so it is there while the call awaits
+    the application's decision; only then does it try to become the approval client and to
+    accept the call. The call stays the application's to decide (here: rejected)."""
+    go, tried = tmp_path / "go", tmp_path / "tried"
+    code = f"""
+import pathlib, threading, time
 from mcptools.nasty import echo
-hijack = connect()
-hijack.sendall(json.dumps({"op": "approve", "token": ""}).encode() + b"\\n")
-refusal = read_reply(hijack)
+hijack = connect()  # open, and silent until the call below awaits approval
+outcome = {{}}
 
-def approve_everything():  # answers any request the server might forward to it
-    try:
-        hijack.sendall(json.dumps({"id": 0, "accepted": True}).encode() + b"\\n")
-    except OSError:
-        pass
+def hijack_the_approval():
+    while not pathlib.Path({str(go)!r}).exists():
+        time.sleep(0.01)
+    hijack.sendall(json.dumps({{"op": "approve", "token": "guessed-token"}}).encode() + b"\\n")
+    outcome["refusal"] = read_reply(hijack)
+    try:  # answer the pending call (the first request an approval client would get has id 0)
+        hijack.sendall(json.dumps({{"id": 0, "accepted": True}}).encode() + b"\\n")
+        hijack.settimeout(5)
+        outcome["after"] = "closed" if hijack.recv(1) == b"" else "open"
+    except OSError as e:
+        outcome["after"] = type(e).__name__
+    pathlib.Path({str(tried)!r}).touch()
 
-threading.Thread(target=approve_everything).start()
+thread = threading.Thread(target=hijack_the_approval)
+thread.start()
 try:
-    echo.run(echo.Params(message="sneaky"))
-    print(json.dumps({"ok": True}))
+    outcome["call"] = echo.run(echo.Params(message="sneaky"))
 except Exception as e:
-    print(json.dumps({"ok": False, "error": str(e), "refusal": refusal}))
+    outcome["call"] = str(e)
+thread.join()
+print(json.dumps(outcome))
 """
-    requests, result = await collect(attacker, code, lambda r: "reject")
-    assert len(requests) == 1
-    [reply] = replies(result)
-    assert reply["ok"] is False
-    assert "rejected" in str(reply["error"])
-    assert reply["refusal"] == {"ok": False, "error": "wrong approval token"}
+    requests: list[ApprovalRequest] = []
+    result: CodeExecutionResult | None = None
+    async for item in attacker.stream(code, timeout=60):
+        if isinstance(item, ApprovalRequest):
+            requests.append(item)
+            go.touch()  # the call awaits approval: now the hijacker tries
+            assert await eventually(tried.exists, timeout=30), "the hijack attempt did not finish"
+            await item.reject()
+        elif isinstance(item, CodeExecutionResult):
+            result = item
+
+    assert [(r.server_name, r.tool_name, r.tool_args) for r in requests] == [
+        ("nasty", "echo", {"message": "sneaky"})
+    ]
+    assert result is not None
+    [outcome] = replies(result)
+    assert outcome["refusal"] == {"ok": False, "error": "wrong approval token"}
+    assert outcome["after"] in ("closed", "ConnectionResetError", "BrokenPipeError"), outcome
+    assert "rejected" in str(outcome["call"]), outcome  # the application's decision, not the hijacker's
 
 
 @pytest.mark.timeout(60)

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from servers.launch import HttpServer, child_pids, filesystem_params
+from servers.launch import HttpServer, child_pids, eventually, filesystem_params, network_env, unavailable
 
 from ipybox import (
     ApprovalRequest,
@@ -22,7 +20,7 @@ from ipybox import (
     generate_mcp_sources,
 )
 
-from .conftest import Workspace, requires_node
+from .conftest import Workspace, collect, requires_node
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NASTY = "nasty_server.py"
@@ -31,36 +29,6 @@ EVERYTHING = "mcp-server-everything"
 
 def echo_code(server: str, message: str = "hello") -> str:
     return f"from mcptools.{server} import echo\nprint(echo.run(echo.Params(message={message!r})))"
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
-
-
-async def collect(
-    executor: CodeExecutor, code: str, decide: Callable[[ApprovalRequest], str], timeout: float = 60
-) -> tuple[list[ApprovalRequest], CodeExecutionResult | CodeExecutionError]:
-    """Run `code` with stream(); `decide` returns "accept", "reject" or "ignore" for each request."""
-    requests: list[ApprovalRequest] = []
-    try:
-        async for item in executor.stream(code, timeout=timeout):
-            if isinstance(item, ApprovalRequest):
-                requests.append(item)
-                decision = decide(item)
-                if decision == "accept":
-                    await item.accept()
-                elif decision == "reject":
-                    await item.reject()
-            elif isinstance(item, CodeExecutionResult):
-                return requests, item
-    except CodeExecutionError as e:
-        return requests, e
-    raise AssertionError("stream() ended without a result")
 
 
 # --- transports -----------------------------------------------------------------------------------
@@ -116,17 +84,24 @@ print(listing.content)
     assert "[DIR] sub" in result.text
 
 
-@pytest.mark.timeout(60)
-async def test_uvx_time_server_if_available(executor: CodeExecutor, workspace: Workspace) -> None:
+@pytest.mark.timeout(240)
+async def test_uvx_time_server(executor: CodeExecutor, workspace: Workspace) -> None:
+    """A server from PyPI run by `uvx`, as users configure most Python MCP servers."""
     uvx = shutil.which("uvx")
     if uvx is None:
-        pytest.skip("uvx not installed")
+        unavailable("uvx is not installed")
+    # Install (or find in the uv cache) mcp-server-time first, so the generator's connect
+    # timeout does not include a download.
     probe = await asyncio.to_thread(
-        subprocess.run, [uvx, "--offline", "mcp-server-time", "--help"], capture_output=True, timeout=30
+        subprocess.run, [uvx, "mcp-server-time", "--help"], capture_output=True, text=True, timeout=180
     )
     if probe.returncode != 0:
-        pytest.skip("mcp-server-time is not in the uv cache (uvx --offline mcp-server-time fails)")
-    params = {"command": uvx, "args": ["--offline", "mcp-server-time", "--local-timezone", "UTC"]}
+        last = (probe.stderr.strip().splitlines() or ["(no output)"])[-1]
+        unavailable(f"uvx cannot install mcp-server-time from the package index: {last}")
+    # The server runs with the MCP client's default environment plus `env`: pass on what uv
+    # needs to reach the index (certificates, proxies, mirrors), as ${VAR} placeholders.
+    env = {name: "${" + name + "}" for name in network_env()}
+    params = {"command": uvx, "args": ["mcp-server-time", "--local-timezone", "UTC"], "env": env}
     modules = await generate_mcp_sources("clock", params, workspace.root / "mcptools")
     assert "get_current_time" in modules
     code = """
@@ -177,15 +152,12 @@ async def test_reject_raises_code_execution_error(executor: CodeExecutor) -> Non
 async def test_unanswered_request_times_out(workspace: Workspace) -> None:
     workspace.register()
     async with CodeExecutor(working_dir=workspace.root, approval_timeout=1, spare_kernel=False) as executor:
-        start = time.monotonic()
         requests, outcome = await collect(executor, echo_code("nasty"), lambda r: "ignore")
-        elapsed = time.monotonic() - start
         assert len(requests) == 1
         assert isinstance(outcome, CodeExecutionError)
         message = str(outcome)
         assert "not approved" in message
         assert "approval_timeout" in message or "1 s" in message
-        assert elapsed < 15
         # a late answer is harmless, and the next call can be approved
         await requests[0].accept()
         requests, outcome = await collect(executor, echo_code("nasty", "later"), lambda r: "accept")
@@ -244,10 +216,8 @@ async def test_unreachable_http_server_at_call_time(
 ) -> None:
     await generate_mcp_sources("gone", http_server.params, workspace.root / "mcptools")
     http_server.kill()
-    start = time.monotonic()
-    with pytest.raises(CodeExecutionError) as info:
+    with pytest.raises(CodeExecutionError) as info:  # an error, not a hang until the test's timeout
         await executor.execute(echo_code("gone"))
-    assert time.monotonic() - start < 15
     assert "Could not connect to MCP server 'gone'" in str(info.value)
     # once the server is back, calls work again
     http_server.start()
@@ -264,10 +234,8 @@ async def test_http_server_killed_between_calls(
     await generate_mcp_sources("flaky", http_server.params, workspace.root / "mcptools")
     assert (await executor.execute(echo_code("flaky", "first"))).text == "Echo: first"
     http_server.kill()
-    start = time.monotonic()
-    with pytest.raises(CodeExecutionError) as info:
+    with pytest.raises(CodeExecutionError) as info:  # an error, not a hang until the test's timeout
         await executor.execute("print(echo.run(echo.Params(message='lost')))")
-    assert time.monotonic() - start < 15
     assert "'flaky'" in str(info.value)
     http_server.start()
     result = await executor.execute("print(echo.run(echo.Params(message='second')))")
