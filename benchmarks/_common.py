@@ -12,9 +12,7 @@ import contextlib
 import functools
 import os
 import platform
-import shutil
 import statistics
-import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +21,8 @@ from typing import Any
 
 import psutil
 from jupyter_client.manager import AsyncKernelManager
+
+from ipybox.sandbox import sandbox_problem
 
 REPO = Path(__file__).resolve().parents[1]
 NODE_BIN = REPO / "node_modules" / ".bin"
@@ -82,18 +82,7 @@ def sandbox_unavailable() -> str | None:
     """Why sandboxed kernels cannot run on this machine, or None if they can."""
     if platform.system() != "Linux":
         return "the sandbox benchmark targets Linux (bubblewrap)"
-    path = node_bin_path()
-    missing = [tool for tool in ("srt", "bwrap", "socat", "rg") if not shutil.which(tool, path=path)]
-    if missing:
-        return f"sandbox tools not installed: {', '.join(missing)}"
-    bwrap = shutil.which("bwrap", path=path)
-    assert bwrap is not None
-    probe = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    probe += ["--unshare-user", "--unshare-pid", "--unshare-net", "--", "true"]
-    done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        return f"bubblewrap cannot create namespaces here: {done.stderr.strip()}"
-    return None
+    return sandbox_problem(node_bin_path())
 
 
 # --- processes -----------------------------------------------------------------------------------

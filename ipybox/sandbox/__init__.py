@@ -7,6 +7,7 @@ from ipybox.sandbox.config import (
     check_sandbox,
     load_config,
     sandbox_command,
+    sandbox_problem,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "check_sandbox",
     "load_config",
     "sandbox_command",
+    "sandbox_problem",
 ]

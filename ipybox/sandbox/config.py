@@ -8,6 +8,7 @@ import os
 import platform
 import shutil
 import site
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,13 +147,16 @@ def kernel_policy(
     return policy
 
 
-def srt_executable() -> str:
-    """Path of `srt`; raises `SandboxError` naming every missing tool the sandbox needs."""
-    srt = os.environ.get("IPYBOX_SRT") or shutil.which("srt")
+def srt_executable(path: str | None = None) -> str:
+    """Path of `srt`; raises `SandboxError` naming every missing tool the sandbox needs.
+
+    Tools are looked up on `path` (default: `PATH`).
+    """
+    srt = os.environ.get("IPYBOX_SRT") or shutil.which("srt", path=path)
     missing = [] if srt else ["srt (npm install -g @anthropic-ai/sandbox-runtime@0.0.78)"]
     needed = {"Linux": ("bwrap", "socat", "rg"), "Darwin": ("rg",)}.get(platform.system(), ())
     packages = {"bwrap": "bubblewrap", "socat": "socat", "rg": "ripgrep"}
-    missing += [f"{tool} (package {packages[tool]})" for tool in needed if not shutil.which(tool)]
+    missing += [f"{tool} (package {packages[tool]})" for tool in needed if not shutil.which(tool, path=path)]
     if missing:
         raise SandboxError(
             "Sandboxing needs tools that are not installed: " + ", ".join(missing) + ". "
@@ -160,6 +164,24 @@ def srt_executable() -> str:
         )
     assert srt is not None
     return srt
+
+
+def sandbox_problem(path: str | None = None) -> str | None:
+    """Why sandboxed kernels cannot run here, or None: a missing tool, or (on Linux) a
+    bubblewrap that may not create namespaces, as under some AppArmor or container setups."""
+    try:
+        srt_executable(path)
+    except SandboxError as e:
+        return str(e)
+    bwrap = shutil.which("bwrap", path=path)
+    if platform.system() != "Linux" or bwrap is None:
+        return None
+    probe = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    probe += ["--unshare-user", "--unshare-pid", "--unshare-net", "--", "true"]
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        return f"bubblewrap cannot create namespaces here: {done.stderr.strip()}"
+    return None
 
 
 def check_sandbox(config_path: Path | None) -> None:

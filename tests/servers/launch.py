@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from ipybox import ApprovalRequest, CodeExecutionResult, CodeExecutor
+from ipybox.sandbox import sandbox_problem
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / "node_modules" / ".bin"
@@ -175,17 +176,7 @@ def sandbox_unavailable() -> str | None:
     """Why sandboxes (sandbox-runtime on bubblewrap) cannot run on this machine, or None if they can."""
     if platform.system() != "Linux":
         return "the sandbox tests target Linux (bubblewrap)"
-    missing = [tool for tool in SANDBOX_TOOLS if not shutil.which(tool, path=SANDBOX_PATH)]
-    if missing:
-        return f"sandbox tools not installed: {', '.join(missing)}"
-    bwrap = shutil.which("bwrap", path=SANDBOX_PATH)
-    assert bwrap is not None
-    probe = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    probe += ["--unshare-user", "--unshare-pid", "--unshare-net", "--", "true"]
-    done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        return f"bubblewrap cannot create namespaces here: {done.stderr.strip()}"
-    return None
+    return sandbox_problem(SANDBOX_PATH)
 
 
 def require_sandbox() -> None:
