@@ -9,20 +9,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
-from mcp_server.conftest import IPYBOX_COMMAND, server_env, text_of
-from servers.launch import child_pids, describe, eventually, free_port, wait_for_port
+from mcp_server.conftest import http_session, sigterm_survivors, start_http_ipybox, text_of
+from servers.launch import child_pids, describe, eventually
 
 from ipybox import ApprovalRequest, CodeExecutionResult, CodeExecutor
 
@@ -173,38 +171,17 @@ def http_ipybox(tmp_path: Path) -> Iterator[HttpIpybox]:
     """`ipybox --transport streamable-http` on a free port; stopped with SIGTERM at teardown."""
     workspace, state = tmp_path / "workspace", tmp_path / "state"
     workspace.mkdir()
-    port = free_port()
     log_file = tmp_path / "ipybox-http.log"
-    with log_file.open("w") as log:
-        process = subprocess.Popen(
-            [*IPYBOX_COMMAND, "--workspace", str(workspace), "--transport", "streamable-http"]
-            + ["--host", "127.0.0.1", "--port", str(port)],
-            env=server_env(state),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    server = HttpIpybox(process, f"http://127.0.0.1:{port}/mcp", log_file)
+    process, url = start_http_ipybox(workspace, state, log_file)
+    server = HttpIpybox(process, url, log_file)
     try:
-        if (problem := wait_for_port(process, port, timeout=30)) is not None:
-            pytest.fail(f"ipybox {problem}:\n{log_file.read_text()[-3000:]}")
         yield server
-        started = descendants(psutil.Process(process.pid))
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-        _, alive = psutil.wait_procs(started, timeout=10)
+        alive = sigterm_survivors(process, timeout=30, grace=10)
         assert not alive, f"left running after SIGTERM: {[describe(p) for p in alive]}"
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-
-
-@contextlib.asynccontextmanager
-async def _connect(url: str) -> AsyncIterator[ClientSession]:
-    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
 
 
 async def _run(session: ClientSession, code: str) -> str:
@@ -224,7 +201,7 @@ async def test_http_sessions_at_once_are_all_served_and_isolated(
     running: list[int] = []
 
     async def session(token: str) -> tuple[int, list[str]]:
-        async with _connect(http_ipybox.url) as client:
+        async with http_session(http_ipybox.url) as client:
             pid = int(await _run(client, f"import os\ntoken = {token!r}\nprint(os.getpid())"))
             await asyncio.wait_for(holding.wait(), 180)  # every session's kernel holds its token now
             running.append(len(http_ipybox.kernels()))
@@ -246,7 +223,7 @@ async def test_http_sessions_at_once_are_all_served_and_isolated(
     assert await eventually(lambda: not http_ipybox.kernels(), timeout=30), [
         describe(p) for p in http_ipybox.kernels()
     ]
-    async with _connect(http_ipybox.url) as client:
+    async with http_session(http_ipybox.url) as client:
         assert await _run(client, "print('still serving')") == "still serving"
 
     figures.report("load_http", {"sessions": SESSIONS, "reads_each": READS, "seconds": round(elapsed, 1)})
