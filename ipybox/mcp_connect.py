@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -25,8 +26,18 @@ class ServerParamsError(ValueError):
 def environment(dotenv_dir: Path | None = None) -> dict[str, str]:
     """Variables for `${VAR}` substitution: a `.env` file, overridden by the process environment."""
     path = (dotenv_dir or Path.cwd()) / ".env"
-    values = {k: v for k, v in dotenv_values(path).items() if v is not None} if path.is_file() else {}
-    return values | dict(os.environ)
+    try:
+        stat = path.stat()
+    except OSError:
+        return dict(os.environ)
+    return _dotenv(str(path), stat.st_mtime_ns, stat.st_size) | os.environ
+
+
+@functools.lru_cache(maxsize=8)
+def _dotenv(path: str, mtime_ns: int, size: int) -> dict[str, str]:
+    """Values of one version of a `.env` file (the arguments after `path` identify the version);
+    cached because every tool call resolves placeholders."""
+    return {k: v for k, v in dotenv_values(path).items() if v is not None}
 
 
 def substitute(value: Any, env: Mapping[str, str]) -> Any:

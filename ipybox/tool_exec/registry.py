@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import tempfile
@@ -28,8 +29,20 @@ def _registry_file() -> Path:
 
 
 def _load() -> dict[str, list[str]]:
+    """The registry's entries (a fresh copy); re-read only when the file has changed."""
+    path = _registry_file()
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return {}
+    return {k: list(v) for k, v in _parse(str(path), stat.st_mtime_ns, stat.st_size).items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(path: str, mtime_ns: int, size: int) -> dict[str, list[str]]:
+    """Entries of one version of the file (the arguments after `path` identify the version)."""
     with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-        data = json.loads(_registry_file().read_text())
+        data = json.loads(Path(path).read_text())
         if isinstance(data, dict):
             return {str(k): [str(p) for p in v] for k, v in data.items() if isinstance(v, list)}
     return {}
