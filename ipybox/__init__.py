@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ipybox._version import __version__
     from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
     from ipybox.kernel_mgr.limits import ResourceLimits
     from ipybox.mcp_apigen import ToolGenerationError, generate_mcp_sources
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from ipybox.tool_exec.server import ToolServer
 
 _EXPORTS = {
+    "__version__": "ipybox._version",
     "CodeExecutor": "ipybox.code_exec",
     "CodeExecutionChunk": "ipybox.code_exec",
     "CodeExecutionError": "ipybox.code_exec",
@@ -52,6 +54,7 @@ __all__ = [
     "ToolRunner",
     "ToolRunnerError",
     "ToolServer",
+    "__version__",
     "generate_mcp_sources",
 ]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dotenv import load_dotenv
 
+from ipybox._version import __version__
 from ipybox.kernel_mgr.limits import ResourceLimits
 
 DESCRIPTION = """\
@@ -59,6 +60,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"ipybox {__version__}")
     p.add_argument(
         "--workspace",
         type=Path,

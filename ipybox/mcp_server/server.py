@@ -24,6 +24,7 @@ from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent
 
+from ipybox._version import __version__
 from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.mcp_apigen import generate_mcp_sources
@@ -174,6 +175,7 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
 
     server: MCPServer[Any] = MCPServer(
         name="ipybox",
+        version=__version__,
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
         log_level=cast(_LogLevel, logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel())),

@@ -132,3 +132,11 @@ def test_stdio_server_creates_the_workspace_and_exits_on_eof(tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr
     assert workspace.is_dir()
     assert result.stdout == ""
+
+
+def test_version_is_the_package_version() -> None:
+    import importlib.metadata
+
+    result = ipybox("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"ipybox {importlib.metadata.version('ipybox')}"

@@ -25,7 +25,7 @@ CLAUDE = NODE_BIN / "claude"
 EVERYTHING = NODE_BIN / "mcp-server-everything"
 SKILL = REPO / "skills" / "codeact"
 PLUGINS = ("codeact-default", "codeact-sandbox", "codeact-docker")
-UVX_PLUGINS = ("codeact-default", "codeact-sandbox")  # plugins whose MCP server is `uvx ipybox ...`
+UV_PLUGINS = ("codeact-default", "codeact-sandbox")  # plugins that run ipybox with uv (not docker)
 IPYBOX_TOOLS = {"register_mcp_server", "execute_ipython_cell", "install_package", "reset"}
 
 requires_claude = pytest.mark.skipif(not CLAUDE.exists(), reason="Claude Code CLI not installed (npm ci)")
@@ -53,8 +53,13 @@ def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def claude(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the Claude Code CLI with `home` as HOME, so nothing touches the real ~/.claude."""
+def claude(
+    home: Path, *args: str, timeout: float = 120, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the Claude Code CLI with `home` as HOME, so nothing touches the real ~/.claude.
+
+    `cwd` is the project Claude Code runs in (default: `home`).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE_", "ANTHROPIC_"))}
     env |= {
         "HOME": str(home),
@@ -67,7 +72,7 @@ def claude(home: Path, *args: str, timeout: float = 120) -> subprocess.Completed
     return subprocess.run(
         [str(CLAUDE), *args],
         env=env,
-        cwd=home,
+        cwd=cwd or home,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -91,46 +96,118 @@ def ipybox_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheel
 
 
-@dataclass
-class UvxEnv:
-    """An environment in which `uvx ipybox` runs our wheel, in a cache of its own."""
+def snapshot_repository(root: Path) -> Path:
+    """A bare git repository holding the checkout's working tree as one commit.
 
-    env: dict[str, str]
-    cache: Path
-    wheel: Path
+    It is what a user's `git clone` of this repository gets (tracked files, symlinks kept as
+    symlinks), uncommitted edits included, so the tests see the code under test.
+    """
+    tree_dir = root / "tree"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if not os.path.lexists(source):  # deleted but not yet committed
+            continue
+        target = tree_dir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            target.symlink_to(os.readlink(source))
+        else:
+            shutil.copy2(source, target)
+    git = ["git", "-c", "user.name=ipybox tests", "-c", "user.email=tests@ipybox.invalid"]
+    for step in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "snapshot"]):
+        subprocess.run([*git, *step], cwd=tree_dir, check=True, capture_output=True, timeout=60)
+    bare = root / "ipybox.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(tree_dir), str(bare)], check=True, timeout=60)
+    return bare
+
+
+#: The URL the tests give Claude Code for this repository; the fresh HOME's git config sends it
+#: to the local snapshot, so `claude plugin marketplace add` runs a real `git clone`.
+GIT_URL = "https://git.ipybox.invalid/ipybox.git"
+
+
+def route_git_url(home: Path, bare: Path) -> None:
+    (home / ".gitconfig").write_text(f'[url "{bare}"]\n\tinsteadOf = {GIT_URL}\n')
+
+
+@dataclass
+class InstalledPlugin:
+    """A plugin as Claude Code installed it, and how Claude Code starts its MCP server."""
+
+    name: str
+    root: Path  # what ${CLAUDE_PLUGIN_ROOT} expands to
+    data: Path  # ${CLAUDE_PLUGIN_DATA}: the plugin's Python environment lives here
+
+    @property
+    def entry(self) -> dict[str, Any]:
+        servers = json.loads((self.root / ".mcp.json").read_text())["mcpServers"]
+        entry: dict[str, Any] = servers["ipybox"]
+        return entry
+
+    @property
+    def command(self) -> str:
+        return str(self.entry["command"]).replace("${CLAUDE_PLUGIN_ROOT}", str(self.root))
+
+    @property
+    def args(self) -> list[str]:
+        return list(self.entry["args"])
+
+    def env(self, project: Path, **extra: str) -> dict[str, str]:
+        """The environment Claude Code gives a plugin's MCP server (less its session ids)."""
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        env |= {
+            "PATH": os.pathsep.join([str(NODE_BIN), env.get("PATH", "")]),
+            "CLAUDE_PLUGIN_ROOT": str(self.root),
+            "CLAUDE_PLUGIN_DATA": str(self.data),
+            "CLAUDE_PROJECT_DIR": str(project),
+            "PWD": str(project),
+        }
+        return env | extra
+
+
+@dataclass
+class Marketplace:
+    """A fresh HOME in which Claude Code added this repository (by git URL) and installed plugins."""
+
+    home: Path
+    plugins: dict[str, InstalledPlugin]
+
+
+def install_plugins(home: Path, source: str, plugins: tuple[str, ...]) -> dict[str, InstalledPlugin]:
+    added = claude(home, "plugin", "marketplace", "add", source)
+    assert added.returncode == 0, added.stdout + added.stderr
+    installed = {}
+    for plugin in plugins:
+        done = claude(home, "plugin", "install", f"{plugin}@ipybox")
+        assert done.returncode == 0, done.stdout + done.stderr
+        listed = json.loads(claude(home, "plugin", "list", "--json").stdout)
+        (entry,) = [p for p in listed if p["id"] == f"{plugin}@ipybox"]
+        installed[plugin] = InstalledPlugin(
+            plugin, Path(entry["installPath"]), home / ".claude" / "plugins" / "data" / f"{plugin}-ipybox"
+        )
+    return installed
 
 
 @pytest.fixture(scope="session")
-def uvx_env(ipybox_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> UvxEnv:
-    """Env for the plugins' `uvx ipybox ...` commands; resolves (and caches) the tool env once.
+def git_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return snapshot_repository(tmp_path_factory.mktemp("snapshot"))
 
-    Our version is higher than any ipybox on PyPI, so with the wheel's folder in UV_FIND_LINKS
-    uvx picks it; the session's own cache means no stale ipybox of the same version is used.
-    Dependencies come from PyPI.
-    """
-    if shutil.which("uvx") is None:
-        pytest.skip("uvx is not installed")
-    root = tmp_path_factory.mktemp("uvx")
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env |= {
-        "UV_FIND_LINKS": str(ipybox_wheel.parent),
-        "UV_CACHE_DIR": str(root / "cache"),
-        "UV_TOOL_DIR": str(root / "tools"),  # no installed `ipybox` tool takes precedence
-        "UV_TOOL_BIN_DIR": str(root / "bin"),
-        "PATH": os.pathsep.join([str(NODE_BIN), str(Path.home() / ".local" / "bin"), env.get("PATH", "")]),
-    }
-    warm = subprocess.run(
-        ["uvx", "ipybox", "--help"],
-        env=env,
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
-    assert warm.returncode == 0, warm.stderr
-    assert "--workspace" in warm.stdout
-    return UvxEnv(env=env, cache=root / "cache", wheel=ipybox_wheel)
+
+@pytest.fixture(scope="session")
+def marketplace(git_snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> Marketplace:
+    """This repository added by git URL in a fresh HOME, with every plugin installed (once per run)."""
+    if not CLAUDE.exists():
+        pytest.skip("Claude Code CLI not installed (npm ci)")
+    home = tmp_path_factory.mktemp("claude-home")
+    route_git_url(home, git_snapshot)
+    return Marketplace(home, install_plugins(home, GIT_URL, PLUGINS))
 
 
 @asynccontextmanager

@@ -22,12 +22,11 @@ from ipybox.sandbox import DEFAULT_CONFIG, WORKSPACE_CONFIG
 
 from .conftest import (
     EVERYTHING,
-    IPYBOX_TOOLS,
     PLUGINS,
     REPO,
     SKILL,
-    UVX_PLUGINS,
-    UvxEnv,
+    UV_PLUGINS,
+    Marketplace,
     call,
     cell,
     claude,
@@ -113,24 +112,38 @@ def test_plugins_share_the_one_codeact_skill(plugin: str) -> None:
     assert tree(link) == tree(SKILL)
 
 
-@pytest.mark.parametrize("plugin", UVX_PLUGINS)
-def test_uvx_plugins_run_ipybox_in_the_project_directory(plugin: str) -> None:
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_plugins_start_the_launcher_they_carry(plugin: str) -> None:
+    """No plugin names a package from an index: each runs the ipybox inside it (or its image)."""
     entry = mcp_config(plugin)
-    assert entry["command"] == "uvx"
-    assert entry["args"][:3] == ["ipybox", "--workspace", "."]
-    assert ("--sandbox" in entry["args"]) == (plugin == "codeact-sandbox")
+    launcher = "ipybox-docker" if plugin == "codeact-docker" else "ipybox-mcp"
+    assert entry["command"] == f"${{CLAUDE_PLUGIN_ROOT}}/core/bin/{launcher}"
+    assert entry["args"] == (["--sandbox"] if plugin == "codeact-sandbox" else [])
 
 
-def test_docker_plugin_matches_image_and_dockerfile() -> None:
-    args = mcp_config("codeact-docker")["args"]
-    assert mcp_config("codeact-docker")["command"] == "docker"
-    assert args[:2] == ["run", "-i"]  # stdio needs stdin kept open
-    volume = args[args.index("-v") + 1]
-    host, container = volume.split(":", 1)
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_plugin_core_is_the_repository_itself(plugin: str) -> None:
+    """One source of truth: a plugin's core/ links to the repository's files, it holds no copy."""
+    core = REPO / "plugins" / plugin / "core"
+    assert core.is_symlink() and os.readlink(core) == "../../plugin-core"
+    shipped = REPO / "plugin-core"
+    for entry in shipped.iterdir():
+        if entry.name == "bin":
+            assert not entry.is_symlink()
+            continue
+        assert entry.is_symlink(), entry
+        assert os.readlink(entry) == f"../{entry.name}", entry
+    names = {e.name for e in shipped.iterdir()}
+    assert {"ipybox", "pyproject.toml", "uv.lock", "README.md", "gentools_template"} <= names
+    assert {"Dockerfile", "docker-build.sh", ".dockerignore"} <= names  # the image builds from core/
+
+
+def test_docker_launcher_matches_image_and_dockerfile() -> None:
+    launcher = (REPO / "plugin-core" / "bin" / "ipybox-docker").read_text()
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert f'ENTRYPOINT ["ipybox", "--workspace", "{container}"]' in dockerfile
-    assert host == "${PWD}"  # the project directory Claude Code starts the server in
-    assert args[-1] == "ipybox"
+    assert 'ENTRYPOINT ["ipybox", "--workspace", "/app/workspace"]' in dockerfile
+    assert '-v "$(pwd):/app/workspace"' in launcher  # the project Claude Code starts the server in
+    assert "image=${IPYBOX_IMAGE:-ipybox}" in launcher
     assert "--tag ipybox" in (REPO / "docker-build.sh").read_text()
 
 
@@ -191,7 +204,7 @@ def test_install_from_marketplace(claude_home: Path) -> None:
     added = claude(claude_home, "plugin", "marketplace", "add", str(REPO))
     assert added.returncode == 0, added.stdout + added.stderr
 
-    for plugin in UVX_PLUGINS:
+    for plugin in UV_PLUGINS:
         installed = claude(claude_home, "plugin", "install", f"{plugin}@ipybox")
         assert installed.returncode == 0, installed.stdout + installed.stderr
 
@@ -210,8 +223,8 @@ def test_install_from_marketplace(claude_home: Path) -> None:
     listed = claude(claude_home, "plugin", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     plugins = {p["id"]: p for p in json.loads(listed.stdout)}
-    assert set(plugins) == {f"{p}@ipybox" for p in UVX_PLUGINS}
-    for plugin in UVX_PLUGINS:
+    assert set(plugins) == {f"{p}@ipybox" for p in UV_PLUGINS}
+    for plugin in UV_PLUGINS:
         entry = plugins[f"{plugin}@ipybox"]
         assert entry["enabled"] and entry["version"] == project_version()
         assert entry["mcpServers"] == {"ipybox": mcp_config(plugin)}  # what Claude Code will start
@@ -231,12 +244,6 @@ def test_wheel_has_the_gentools_template(ipybox_wheel: Path) -> None:
         )
 
 
-IDENTITY = """\
-import importlib.metadata, json, sys, ipybox
-print(json.dumps({"file": ipybox.__file__, "version": importlib.metadata.version("ipybox"),
-                  "python": sys.executable}))
-"""
-
 SANDBOX_PROBE = """\
 from pathlib import Path
 Path("inside.txt").write_text("ok")
@@ -249,32 +256,21 @@ except OSError as e:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("plugin", UVX_PLUGINS)
-async def test_plugin_server_answers_mcp_client(plugin: str, uvx_env: UvxEnv, tmp_path: Path) -> None:
-    """Start the server exactly as the plugin's .mcp.json says, as Claude Code would: in the project."""
-    entry = mcp_config(plugin)
-    sandboxed = "--sandbox" in entry["args"]
+@pytest.mark.parametrize("plugin_name", UV_PLUGINS)
+async def test_plugin_server_isolation_matches_plugin(
+    plugin_name: str, marketplace: Marketplace, tmp_path: Path
+) -> None:
+    """The installed plugin's server, started as Claude Code starts it, in the project: with
+    `--sandbox` the kernel writes only in the project; without, anywhere."""
+    plugin = marketplace.plugins[plugin_name]
+    sandboxed = "--sandbox" in plugin.args
     if sandboxed:
         require_sandbox()
     workspace = tmp_path / "project"
     workspace.mkdir()
-    env = uvx_env.env | {"IPYBOX_STATE_DIR": str(tmp_path / "state")}
+    env = plugin.env(workspace, IPYBOX_STATE_DIR=str(tmp_path / "state"))
 
-    async with mcp_session(
-        entry["command"], entry["args"], workspace, env, tmp_path / "server.log"
-    ) as session:
-        tools = await session.list_tools()
-        assert {t.name for t in tools.tools} == IPYBOX_TOOLS
-
-        # The server is our wheel, installed by uvx into the session's cache, not this checkout.
-        identity = json.loads(await cell(session, IDENTITY))
-        installed = Path(identity["file"]).parent
-        assert installed.is_relative_to(uvx_env.cache), identity
-        assert not installed.is_relative_to(REPO)
-        assert identity["version"] == project_version()
-        assert Path(identity["python"]).parent != Path(sys.executable).parent
-        for module in ("mcp_server/server.py", "gentools/create.py"):
-            assert (installed / module).read_bytes() == wheel_file(uvx_env.wheel, f"ipybox/{module}")
+    async with mcp_session(plugin.command, plugin.args, workspace, env, tmp_path / "server.log") as session:
         template = json.loads(
             await cell(
                 session,
@@ -282,14 +278,15 @@ async def test_plugin_server_answers_mcp_client(plugin: str, uvx_env: UvxEnv, tm
                 "print(json.dumps(str(template_dir())))",
             )
         )
-        assert Path(template) == installed / "gentools" / "template"
+        assert (Path(template) / "api.py.tmpl").read_bytes() == (
+            REPO / "gentools_template" / "api.py.tmpl"
+        ).read_bytes()
 
-        # With `--sandbox` the kernel writes only in the workspace; without, anywhere.
         outside = tmp_path / "outside.txt"
         output = await cell(session, SANDBOX_PROBE.format(outside=str(outside)))
         assert ("outside: blocked" if sandboxed else "outside: written") in output, output
         assert outside.exists() != sandboxed
-        assert (workspace / "inside.txt").read_text() == "ok"  # `--workspace .` is the project
+        assert (workspace / "inside.txt").read_text() == "ok"
 
         assert await call(session, "reset")
         assert "2" in await cell(session, "print(1 + 1)")
@@ -297,17 +294,19 @@ async def test_plugin_server_answers_mcp_client(plugin: str, uvx_env: UvxEnv, tm
 
 @requires_everything
 @pytest.mark.timeout(300)
-async def test_default_plugin_fills_placeholders_from_project_env(uvx_env: UvxEnv, tmp_path: Path) -> None:
+async def test_default_plugin_fills_placeholders_from_project_env(
+    marketplace: Marketplace, tmp_path: Path
+) -> None:
     """Secrets go to the project's .env and appear in server params only as ${VAR}."""
-    entry = mcp_config("codeact-default")
+    plugin = marketplace.plugins["codeact-default"]
     workspace = tmp_path / "project"
     workspace.mkdir()
     (workspace / ".env").write_text("IPYBOX_PLUGIN_TEST_MODE=stdio\n")
-    env = uvx_env.env | {"IPYBOX_STATE_DIR": str(tmp_path / "state")}
+    env = plugin.env(workspace, IPYBOX_STATE_DIR=str(tmp_path / "state"))
     params = {"command": str(EVERYTHING), "args": ["${IPYBOX_PLUGIN_TEST_MODE}"]}
 
     log = tmp_path / "server.log"
-    async with mcp_session(entry["command"], entry["args"], workspace, env, log) as session:
+    async with mcp_session(plugin.command, plugin.args, workspace, env, log) as session:
         reply = await call(session, "register_mcp_server", server_name="everything", server_params=params)
         assert "- echo:" in reply
         output = await cell(
@@ -318,10 +317,10 @@ async def test_default_plugin_fills_placeholders_from_project_env(uvx_env: UvxEn
 
 
 @pytest.mark.timeout(300)
-async def test_sandbox_plugin_uses_project_sandbox_config(uvx_env: UvxEnv, tmp_path: Path) -> None:
+async def test_sandbox_plugin_uses_project_sandbox_config(marketplace: Marketplace, tmp_path: Path) -> None:
     """A sandbox-config.json in the project replaces the default policy (plugin description)."""
     require_sandbox()
-    entry = mcp_config("codeact-sandbox")
+    plugin = marketplace.plugins["codeact-sandbox"]
     workspace = tmp_path / "project"
     workspace.mkdir()
     extra = tmp_path / "extra"
@@ -329,10 +328,10 @@ async def test_sandbox_plugin_uses_project_sandbox_config(uvx_env: UvxEnv, tmp_p
     config = copy.deepcopy(DEFAULT_CONFIG)
     config["filesystem"]["allowWrite"].append(str(extra))
     (workspace / WORKSPACE_CONFIG).write_text(json.dumps(config))
-    env = uvx_env.env | {"IPYBOX_STATE_DIR": str(tmp_path / "state")}
+    env = plugin.env(workspace, IPYBOX_STATE_DIR=str(tmp_path / "state"))
 
     log = tmp_path / "server.log"
-    async with mcp_session(entry["command"], entry["args"], workspace, env, log) as session:
+    async with mcp_session(plugin.command, plugin.args, workspace, env, log) as session:
         allowed = await cell(session, SANDBOX_PROBE.format(outside=str(extra / "allowed.txt")))
         assert "outside: written" in allowed, allowed
         denied = await cell(session, SANDBOX_PROBE.format(outside=str(tmp_path / "denied.txt")))
