@@ -54,14 +54,19 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def claude(
-    home: Path, *args: str, timeout: float = 120, cwd: Path | None = None
+    home: Path,
+    *args: str,
+    timeout: float = 120,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the Claude Code CLI with `home` as HOME, so nothing touches the real ~/.claude.
 
-    `cwd` is the project Claude Code runs in (default: `home`).
+    `cwd` is the project Claude Code runs in (default: `home`); `env` adds to its environment
+    (and so to that of the MCP servers it starts).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE_", "ANTHROPIC_"))}
-    env |= {
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE_", "ANTHROPIC_"))}
+    base |= {
         "HOME": str(home),
         "PATH": f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "XDG_CONFIG_HOME": str(home / ".config"),
@@ -71,7 +76,7 @@ def claude(
     }
     return subprocess.run(
         [str(CLAUDE), *args],
-        env=env,
+        env=base | (env or {}),
         cwd=cwd or home,
         capture_output=True,
         text=True,
