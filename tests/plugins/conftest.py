@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import zipfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -101,6 +102,18 @@ def ipybox_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheel
 
 
+def tracked_files(*paths: str) -> list[str]:
+    """Files of the checkout that git tracks or would track (not ignored), below `paths`."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", *paths],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    return [name for name in listed.split("\0") if name]
+
+
 def snapshot_repository(root: Path) -> Path:
     """A bare git repository holding the checkout's working tree as one commit.
 
@@ -108,14 +121,7 @@ def snapshot_repository(root: Path) -> Path:
     symlinks), uncommitted edits included, so the tests see the code under test.
     """
     tree_dir = root / "tree"
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
+    for name in tracked_files():
         source = REPO / name
         if not os.path.lexists(source):  # deleted but not yet committed
             continue
@@ -175,6 +181,24 @@ class InstalledPlugin:
             "PWD": str(project),
         }
         return env | extra
+
+
+def run_launcher(
+    plugin: InstalledPlugin, project: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """Start a plugin's server command that is expected to fail at once, and return how it ended."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [plugin.command, *plugin.args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert time.monotonic() - started < 10, "a missing tool must be reported at once"
+    return done
 
 
 @dataclass

@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 from servers.launch import network_env, unavailable
 
-from .conftest import IPYBOX_TOOLS, Marketplace, call, cell, claude, mcp_session, project_version
+from .conftest import (
+    IPYBOX_TOOLS,
+    Marketplace,
+    call,
+    cell,
+    claude,
+    mcp_session,
+    project_version,
+    run_launcher,
+)
 
 PODMAN_DIR = Path(os.environ.get("IPYBOX_PODMAN_DIR", "/var/cache/ipybox-podman"))
 PODMAN_BASE = "localhost/ipybox-base:bookworm"
@@ -119,15 +128,7 @@ def test_missing_image_is_one_clear_line(
 ) -> None:
     plugin = marketplace.plugins["codeact-docker"]
     env = plugin.env(tmp_path) | engine_with_image.env() | {"IPYBOX_IMAGE": "ipybox-not-built"}
-    done = subprocess.run(
-        [plugin.command],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-    )
+    done = run_launcher(plugin, tmp_path, env)
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [
         f"ipybox plugin: the container image 'ipybox-not-built' is not built: run "

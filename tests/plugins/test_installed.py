@@ -8,8 +8,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,6 @@ from .conftest import (
     IPYBOX_TOOLS,
     REPO,
     UV_PLUGINS,
-    InstalledPlugin,
     Marketplace,
     cell,
     claude,
@@ -27,6 +24,7 @@ from .conftest import (
     mcp_session,
     project_version,
     requires_claude,
+    run_launcher,
     tree,
 )
 
@@ -129,23 +127,6 @@ async def test_installed_plugin_runs_its_own_ipybox(
     async with mcp_session(plugin.command, plugin.args, project, env, tmp_path / "second.log") as session:
         assert "42" in await cell(session, "print(6 * 7)")
     assert record.stat().st_mtime_ns == built, "the second start reinstalled ipybox"
-
-
-def run_launcher(
-    plugin: InstalledPlugin, project: Path, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
-    started = time.monotonic()
-    done = subprocess.run(
-        [plugin.command, *plugin.args],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-    )
-    assert time.monotonic() - started < 10, "a missing tool must be reported at once"
-    return done
 
 
 def path_without(tmp_path: Path, *tools: str) -> str:

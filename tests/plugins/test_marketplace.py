@@ -35,6 +35,7 @@ from .conftest import (
     project_version,
     requires_claude,
     requires_everything,
+    tracked_files,
     tree,
     wheel_file,
 )
@@ -127,14 +128,7 @@ def test_plugin_core_is_the_repository_itself(plugin: str) -> None:
     core = REPO / "plugins" / plugin / "core"
     assert core.is_symlink() and os.readlink(core) == "../../plugin-core"
     shipped = REPO / "plugin-core"
-    tracked = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "plugin-core"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.split()
+    tracked = tracked_files("plugin-core")
     entries = {shipped / Path(name).relative_to("plugin-core").parts[0] for name in tracked}
     for entry in entries:
         if entry.name == "bin":
@@ -153,7 +147,7 @@ def test_docker_launcher_matches_image_and_dockerfile() -> None:
     assert 'ENTRYPOINT ["ipybox", "--workspace", "/app/workspace"]' in dockerfile
     assert '-v "$(pwd):/app/workspace"' in launcher  # the project Claude Code starts the server in
     assert "image=${IPYBOX_IMAGE:-ipybox}" in launcher
-    assert "--tag ipybox" in (REPO / "docker-build.sh").read_text()
+    assert '--tag "${IPYBOX_IMAGE:-ipybox}"' in (REPO / "docker-build.sh").read_text()
 
 
 # --- the skill --------------------------------------------------------------------------------
