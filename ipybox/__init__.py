@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ipybox._version import __version__
     from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
     from ipybox.kernel_mgr.limits import ResourceLimits
-    from ipybox.mcp_apigen import ToolGenerationError, generate_mcp_sources
+    from ipybox.mcp_apigen import GeneratedModules, ToolGenerationError, generate_mcp_sources
     from ipybox.sandbox import SandboxError
     from ipybox.tool_exec.approval.client import ApprovalClient, ApprovalRequest
     from ipybox.tool_exec.approval.server import ApprovalChannel
@@ -27,6 +27,7 @@ _EXPORTS = {
     "CodeExecutionError": "ipybox.code_exec",
     "CodeExecutionResult": "ipybox.code_exec",
     "generate_mcp_sources": "ipybox.mcp_apigen",
+    "GeneratedModules": "ipybox.mcp_apigen",
     "ApprovalClient": "ipybox.tool_exec.approval.client",
     "ApprovalRequest": "ipybox.tool_exec.approval.client",
     "ApprovalChannel": "ipybox.tool_exec.approval.server",
@@ -47,6 +48,7 @@ __all__ = [
     "CodeExecutionError",
     "CodeExecutionResult",
     "CodeExecutor",
+    "GeneratedModules",
     "ResourceLimits",
     "SandboxError",
     "ToolGenerationError",

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp.types import Tool
 
+    from ipybox.mcp_repair import ToolReport
+
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -124,17 +126,21 @@ def _check(params: Mapping[str, Any], types: Mapping[str, type]) -> None:
 
 @contextlib.asynccontextmanager
 async def open_session(
-    params: Mapping[str, Any], env: Mapping[str, str] | None = None
+    params: Mapping[str, Any], env: Mapping[str, str] | None = None, *, report: ToolReport | None = None
 ) -> AsyncIterator[ClientSession]:
     """Connect to an MCP server and yield an initialized session.
 
     `${VAR}` placeholders are resolved from `env` (default: `.env` plus the environment).
+    Tools the SDK would reject are repaired or left out of every listing (see `ipybox.mcp_repair`),
+    so one malformed tool does not cost the others; `report` records which and why.
     """
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.sse import sse_client
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from ipybox.mcp_repair import ToolRepair
 
     kind = transport_of(params)
     resolved = substitute(dict(params), environment() if env is None else env)
@@ -157,7 +163,7 @@ async def open_session(
             read, write = await stack.enter_async_context(
                 streamable_http_client(resolved["url"], http_client=http)
             )
-        session = await stack.enter_async_context(ClientSession(read, write))
+        session = await stack.enter_async_context(ClientSession(*ToolRepair(report).streams(read, write)))
         await session.initialize()
         yield session
 

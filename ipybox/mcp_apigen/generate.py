@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import keyword
+import logging
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipybox.mcp_apigen.names import UniqueNames, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, py_literal
@@ -23,6 +24,11 @@ from ipybox.mcp_connect import (
     transport_of,
 )
 from ipybox.tool_exec import registry
+
+if TYPE_CHECKING:
+    from ipybox.mcp_repair import ToolReport
+
+logger = logging.getLogger(__name__)
 
 _HEADER = """\
 from enum import Enum
@@ -86,6 +92,25 @@ PARSER_MARKER = "# --- ipybox: output parser (kept when the API is regenerated) 
 
 class ToolGenerationError(Exception):
     """The code for a tool could not be generated; the message names the tool."""
+
+
+class GeneratedModules(list[str]):
+    """The generated module names (a list, one per tool), with what happened to the other tools.
+
+    `skipped` maps each tool that has no module to why: the server described it in a way that
+    cannot be used, or no code could be generated for it. `repaired` maps each tool whose
+    malformed definition was read the only way it can be to what was assumed.
+    """
+
+    def __init__(
+        self,
+        modules: list[str],
+        skipped: dict[str, str] | None = None,
+        repaired: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(modules)
+        self.skipped: dict[str, str] = skipped or {}
+        self.repaired: dict[str, str] = repaired or {}
 
 
 @dataclass
@@ -163,11 +188,16 @@ def validate_server_name(server_name: str) -> None:
         )
 
 
-async def list_tools(server_params: dict[str, Any], connect_timeout: float = 30) -> list[ToolSpec]:
-    """Connect to an MCP server and list all its tools, following pagination cursors."""
+async def list_tools(
+    server_params: dict[str, Any], connect_timeout: float = 30, report: ToolReport | None = None
+) -> list[ToolSpec]:
+    """Connect to an MCP server and list all its tools, following pagination cursors.
+
+    Malformed tools are repaired or left out (see `ipybox.mcp_repair`); `report` says which.
+    """
 
     async def fetch() -> list[ToolSpec]:
-        async with open_session(server_params) as session:
+        async with open_session(server_params, report=report) as session:
             tools = await list_all_tools(session)
         return [ToolSpec(t.name, t.description, t.input_schema, t.output_schema) for t in tools]
 
@@ -192,7 +222,7 @@ async def generate_mcp_sources(
     root_dir: Path,
     *,
     connect_timeout: float = 30,
-) -> list[str]:
+) -> GeneratedModules:
     """Generate a typed Python API for an MCP server's tools under `root_dir/server_name/`.
 
     Each tool becomes a module with a pydantic `Params` model, a `Result` model (if the tool
@@ -201,16 +231,32 @@ async def generate_mcp_sources(
     The server is registered as trusted, so tool servers will start it. `${VAR}` placeholders
     in `server_params` stay in the generated code and are resolved only when the server starts.
 
-    Returns the module names, one per tool.
+    One malformed tool does not stop the others. A tool the MCP SDK would reject is repaired
+    when its meaning is clear: an input schema without `"type"` (e.g. `{}`) is an object (no
+    parameters if it has no properties), and a non-object output schema means the result is
+    text (`str`). Any other such tool, or one whose code cannot be generated, is skipped.
+
+    Returns the module names, one per generated tool, as a `GeneratedModules` list whose
+    `skipped` attribute maps each skipped tool to why and `repaired` each repaired tool to
+    what was assumed. Each is also logged (skipped tools as warnings).
     """
+    from ipybox.mcp_repair import ToolReport
+
     validate_server_name(server_name)
     transport_of(server_params)
-    tools = await list_tools(server_params, connect_timeout)
+    report = ToolReport()
+    tools = await list_tools(server_params, connect_timeout, report)
 
     modules: dict[str, str] = {}
     names = UniqueNames({"__init__", "__main__"})
     for tool in tools:
-        modules[names.claim(module_name(tool.name))] = tool_module_source(tool)
+        try:
+            source = tool_module_source(tool)
+        except ToolGenerationError as e:
+            logger.warning("skipping MCP tool %r: %s", tool.name, e)
+            report.skipped[tool.name] = str(e)
+            continue
+        modules[names.claim(module_name(tool.name))] = source
 
     root_dir = Path(root_dir)
     for module, extension in _parser_sections(root_dir / server_name).items():
@@ -230,4 +276,4 @@ async def generate_mcp_sources(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     registry.register(server_name, server_params)
-    return list(modules)
+    return GeneratedModules(list(modules), report.skipped, report.repaired)

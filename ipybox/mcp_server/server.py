@@ -203,7 +203,8 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
         server, or {"url": ..., "headers": {...}} for an HTTP server. Write secrets as
         "${VAR}"; they are filled from ipybox's environment or the workspace .env file.
 
-        Returns the generated tool modules, each with a one-line summary.
+        Returns the generated tool modules, each with a one-line summary, then any tools whose
+        malformed definitions were repaired (what was assumed) or skipped (why).
         """
         try:
             modules = await generate_mcp_sources(server_name, server_params, workspace.mcptools)
@@ -214,6 +215,12 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
                 await executor.execute(_forget_modules(server_name), timeout=10)
         lines = [f"Generated {len(modules)} tool modules in mcptools/{server_name}/:"]
         lines += [f"- {m}: {_summary(workspace.mcptools / server_name / f'{m}.py')}" for m in modules]
+        if modules.repaired:
+            lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")
+            lines += [f"- {name}: {what}" for name, what in modules.repaired.items()]
+        if modules.skipped:
+            lines.append(f"Skipped {len(modules.skipped)} tools (no module generated):")
+            lines += [f"- {name}: {why}" for name, why in modules.skipped.items()]
         return "\n".join(lines)
 
     @server.tool()

@@ -1,6 +1,6 @@
 """Helpers shared by the tests (importable as `servers.launch`, since tests/ is on sys.path).
 
-Parameters of the MCP servers the tests run (nasty, everything, filesystem) and an HTTP server
+Parameters of the MCP servers the tests run (nasty, malformed, everything, filesystem) and an HTTP server
 runner; process helpers and polling; running a cell that approves its tool calls; whether a
 sandbox can run here; the environment a process needs to reach the package index; our wheel.
 """
@@ -30,6 +30,7 @@ from ipybox.sandbox import sandbox_problem
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / "node_modules" / ".bin"
 NASTY_SERVER = REPO / "tests" / "servers" / "nasty_server.py"
+MALFORMED_SERVER = REPO / "tests" / "servers" / "malformed_server.py"
 EVERYTHING = NODE_BIN / "mcp-server-everything"
 FILESYSTEM = NODE_BIN / "mcp-server-filesystem"
 
@@ -39,6 +40,10 @@ NASTY_TOOL_COUNT = 41
 
 def nasty_params() -> dict[str, Any]:
     return {"command": sys.executable, "args": [str(NASTY_SERVER)]}
+
+
+def malformed_params() -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(MALFORMED_SERVER)]}
 
 
 def everything_params() -> dict[str, Any]:
@@ -183,6 +188,42 @@ def require_sandbox() -> None:
     """Skip the calling test if no sandbox can run here (fail it in CI)."""
     if (reason := sandbox_unavailable()) is not None:
         unavailable(reason)
+
+
+#: Debian's `chromium` package, which fails under the address-space limits ipybox once set.
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def require_chromium() -> None:
+    """Skip the calling test if headless Chromium is not installed (fail it in CI)."""
+    if not CHROMIUM.exists():
+        unavailable(f"headless Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+
+
+def chromium_dump_dom(url: str, profile: str) -> str:
+    """A cell that renders `url` with headless Chromium (profile in `profile`) and prints the DOM."""
+    argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+    argv += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    argv += [f"--user-data-dir={profile}", "--dump-dom", url]
+    return (
+        "import subprocess\n"
+        f"done = subprocess.run({argv!r}, capture_output=True, text=True, timeout=60)\n"
+        "print(done.returncode)\n"
+        "print(done.stdout if done.returncode == 0 else done.stderr[-3000:])\n"
+    )
+
+
+def require_cgroups() -> None:
+    """Skip the calling test unless ipybox may create memory and pids cgroups here (fail it in CI)."""
+    from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits
+
+    cgroup = KernelCgroup.create(ResourceLimits(memory=1 << 30, processes=64))
+    covered = set(cgroup.dirs) if cgroup is not None else set()
+    if cgroup is not None:
+        cgroup.remove()
+    if covered != {"memory", "pids"}:
+        reason = "needs root or a delegated cgroup v2"
+        unavailable(f"no memory and pids cgroups for kernels here (only {sorted(covered)}): {reason}")
 
 
 #: Prefixes of variables a process may need to reach the package index (certificates, mirrors).
