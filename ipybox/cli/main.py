@@ -25,7 +25,8 @@ environment:
   kernel, as <NAME>.
 
 example (Claude Code / Claude Desktop config):
-  {"mcpServers": {"ipybox": {"command": "uvx", "args": ["ipybox", "--workspace", "/path/to/ws"]}}}
+  {"mcpServers": {"ipybox": {"command": "uvx",
+    "args": ["--from", "/path/to/ipybox", "ipybox", "--workspace", "/path/to/ws"]}}}
 """
 
 
@@ -93,15 +94,17 @@ def parser() -> argparse.ArgumentParser:
         type=_size,
         default=ResourceLimits().memory,
         metavar="SIZE",
-        help="address space a kernel may use, e.g. 4G or 'none'; beyond it code gets MemoryError "
-        "(default: half the RAM)",
+        help="memory a kernel and its processes may use together, e.g. 4G, or 'none' (default: none); "
+        "at the limit the largest process is killed (enforced with a cgroup: root or a delegated "
+        "cgroup v2, else RLIMIT_AS)",
     )
     p.add_argument(
         "--process-limit",
         type=_count,
         default=ResourceLimits().processes,
         metavar="N",
-        help="processes a kernel may run at once, or 'none' (default: 512)",
+        help="processes and threads a kernel may run at once, or 'none' (default: none; enforced "
+        "with a cgroup: root or a delegated cgroup v2, else RLIMIT_NPROC)",
     )
     p.add_argument(
         "--audit-log",

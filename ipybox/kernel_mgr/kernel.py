@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
-from ipybox.kernel_mgr.limits import PidsCgroup, ResourceLimits
+from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits, fallback
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
 
 logger = logging.getLogger(__name__)
@@ -41,11 +41,14 @@ _KERNEL_OPTIONS = (
 
 
 class KernelDied(Exception):
-    """The kernel process exited while a request was outstanding."""
+    """The kernel process exited while a request was outstanding.
 
-    def __init__(self, returncode: int | None) -> None:
+    `cause`, when known (the memory limit), replaces the guess made from the exit status.
+    """
+
+    def __init__(self, returncode: int | None, cause: str | None = None) -> None:
         self.returncode = returncode
-        super().__init__(describe_exit(returncode))
+        super().__init__(f"The kernel was killed: {cause}." if cause else describe_exit(returncode))
 
 
 _SIGNAL_HINTS = {
@@ -79,6 +82,16 @@ class KernelReply:
     error: str | None = None
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Log `message` as a warning the first time only: every kernel start would repeat it."""
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning(message)
+
+
 def kernel_environment(extra: Mapping[str, str] | None) -> dict[str, str]:
     """The environment a kernel starts with: the essentials plus what the caller gives."""
     env = {key: os.environ[key] for key in _ESSENTIAL_ENV if key in os.environ}
@@ -107,7 +120,8 @@ class Kernel:
         self._env = dict(env)
         self._prefix = list(command_prefix)
         self._limits = limits or ResourceLimits()
-        self._cgroup: PidsCgroup | None = None
+        self._cgroup: KernelCgroup | None = None
+        self._oom_kills = 0  # out-of-memory kills in the kernel's cgroup before the current request
         self._name = f"k{secrets.token_hex(4)}"
         self._process: asyncio.subprocess.Process | None = None
         self._client: AsyncKernelClient | None = None
@@ -129,23 +143,29 @@ class Kernel:
     async def start(self, timeout: float = 30) -> None:
         """Launch the kernel and wait until it answers a kernel_info request."""
         conn_file = self._write_connection_file()
-        # The launcher applies the resource limits and ends the kernel when its stdin (a pipe we
+        self._cgroup = KernelCgroup.create(self._limits)
+        rlimits, warning = fallback(self._limits, self._cgroup)
+        if warning is not None:
+            _warn_once(warning)
+        # The launcher applies rlimits (if any) and ends the kernel when its stdin (a pipe we
         # hold) closes: that is how a kernel, even in a sandbox, notices ipybox has died.
-        argv = [*self._prefix, sys.executable, "-m", "ipybox.kernel_mgr.launch", "--watch-stdin"]
-        argv += [*self._limits.launcher_args(), "--", "-f", str(conn_file), *_KERNEL_OPTIONS]
-        self._process = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=self._cwd,
-            env=self._env,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
-        if self._limits.processes is not None:
-            self._cgroup = PidsCgroup.create(self._limits.processes)
-            if self._cgroup is not None:
-                self._cgroup.add(self._process.pid)
+        argv = [*self._prefix, sys.executable, "-m", "ipybox.kernel_mgr.launch", "--watch-stdin", *rlimits]
+        argv += ["--", "-f", str(conn_file), *_KERNEL_OPTIONS]
+        if self._cgroup is not None:  # joined before anything runs; srt and the kernel inherit it
+            argv = self._cgroup.wrap(argv)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=self._cwd,
+                env=self._env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except BaseException:
+            await asyncio.shield(self.stop())
+            raise
         self._exited = asyncio.create_task(_exit_status(self._process))
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
             client = AsyncKernelClient()
@@ -230,14 +250,22 @@ class Kernel:
             raise
         if task in done:
             if task.cancelled():  # its sockets were closed: the kernel was stopped meanwhile
-                raise KernelDied(self.returncode)
+                raise self._died(self.returncode)
             return task.result()
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
         if self._exited in done:
-            raise KernelDied(self._exited.result())
+            raise self._died(self._exited.result())
         raise TimeoutError
+
+    def _died(self, returncode: int | None) -> KernelDied:
+        """`KernelDied`, naming the memory limit if the cgroup's out-of-memory killer struck meanwhile."""
+        if self._cgroup is not None and self._cgroup.memory is not None:
+            if self._cgroup.oom_kills() > self._oom_kills:
+                hint = "use less memory (e.g. process data in chunks) or raise the limit"
+                return KernelDied(returncode, f"{self._cgroup.memory_note()}; {hint}")
+        return KernelDied(returncode)
 
     async def execute(
         self,
@@ -254,6 +282,8 @@ class Kernel:
         seconds, the kernel is killed and `KernelDied` raised instead.
         """
         client = self._require_client()
+        if self._cgroup is not None:
+            self._oom_kills = self._cgroup.oom_kills()
         # stop_on_error=False: an interrupted (e.g. abandoned) cell must not make the kernel
         # abort the request queued behind it.
         msg_id = client.execute(
@@ -278,7 +308,22 @@ class Kernel:
             error = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
         elif status != "ok" and error is None:  # "aborted": the code did not run
             error = f"The kernel did not run the code (status: {status})."
+        if note := self._oom_note():
+            if error is None:
+                on_event(KernelEvent("stream", text=f"\n{note}\n"))
+            else:
+                error += f"\n{note}"
         return KernelReply(status=status, error=error)
+
+    def _oom_note(self) -> str | None:
+        """A line naming the memory limit if it made the cgroup kill a process (not the kernel) meanwhile."""
+        if self._cgroup is None or self._cgroup.memory is None:
+            return None
+        kills = self._cgroup.oom_kills()
+        if kills <= self._oom_kills:
+            return None
+        self._oom_kills = kills
+        return f"[ipybox] A process of this kernel was killed (SIGKILL): {self._cgroup.memory_note()}."
 
     async def _drain_iopub(self, client: AsyncKernelClient, msg_id: str, collector: OutputCollector) -> None:
         while True:
@@ -308,11 +353,11 @@ class Kernel:
 
     def _require_client(self) -> AsyncKernelClient:
         if self._client is None or not self.alive:
-            raise KernelDied(self.returncode)
+            raise self._died(self.returncode)
         return self._client
 
     async def stop(self, grace: float = 2) -> None:
-        """Kill the kernel's whole process group and remove its files."""
+        """Kill the kernel's whole process group (and cgroup, if it has one) and remove its files."""
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.stop_channels()
@@ -332,15 +377,28 @@ class Kernel:
             # Children of the kernel (e.g. a background `!sleep`) share its process group.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
+        await self._remove_cgroup()  # also kills what left the process group (e.g. `setsid`)
+        if process is not None:
             await self._drain_stderr(process, grace)
         for task in (self._exited, self._stderr_task):
             if task is not None and not task.done():
                 task.cancel()
         if process is not None and process.stdin is not None:
             process.stdin.close()
-        if self._cgroup is not None:
-            self._cgroup.remove()
         self._remove_files()
+
+    async def _remove_cgroup(self, timeout: float = 5) -> None:
+        """Kill what is left in the kernel's cgroup and remove it once those processes are gone."""
+        cgroup, self._cgroup = self._cgroup, None
+        if cgroup is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not cgroup.remove():  # killed processes take a moment to exit
+            if loop.time() > deadline:
+                logger.warning("could not remove the cgroup of kernel %s: %s", self.pid, cgroup.procs_files)
+                return
+            await asyncio.sleep(0.02)
 
     async def _drain_stderr(self, process: asyncio.subprocess.Process, timeout: float) -> None:
         """Read the kernel's stderr to its end, which comes once every process holding it is gone.

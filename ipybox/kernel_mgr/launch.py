@@ -1,8 +1,10 @@
-"""Kernel entry point: applies resource limits, watches for the parent's death, runs ipykernel.
+"""Kernel entry point: applies fallback rlimits, watches for the parent's death, runs ipykernel.
 
 Started as `python -m ipybox.kernel_mgr.launch [--memory N] [--processes N] -- <ipykernel args>`,
 also inside the sandbox, where the parent's process is not visible: the parent holds the
-write end of the kernel's stdin, so end-of-file on stdin means ipybox is gone.
+write end of the kernel's stdin, so end-of-file on stdin means ipybox is gone. `--memory` and
+`--processes` (`RLIMIT_AS`, `RLIMIT_NPROC`) are passed only when a limit was asked for and no
+cgroup can enforce it; a cgroup is joined before this runs (see `limits.KernelCgroup.wrap`).
 """
 
 from __future__ import annotations

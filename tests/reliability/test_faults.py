@@ -27,6 +27,7 @@ from servers.launch import (
     describe,
     eventually,
     nasty_params,
+    require_cgroups,
     require_sandbox,
 )
 
@@ -243,17 +244,20 @@ def _current_kernel_alive(executor: CodeExecutor) -> bool:
     return executor._kernels.kernel.alive
 
 
-async def test_memory_bomb_gets_memory_error_and_kernel_survives(tmp_path: Path) -> None:
+async def test_memory_bomb_is_killed_at_the_limit_and_the_next_call_works(tmp_path: Path) -> None:
+    require_cgroups()
     limits = ResourceLimits(memory=1 << 30)
-    async with CodeExecutor(working_dir=tmp_path, limits=limits, spare_kernel=False) as executor:
+    async with CodeExecutor(working_dir=tmp_path, limits=limits) as executor:
         await executor.execute("kept = 41")
         pid = kernel_pid(executor)
-        with pytest.raises(CodeExecutionError, match="MemoryError"):
-            await executor.execute("hog = bytearray(2 * 1024**3)")
-        with pytest.raises(CodeExecutionError, match="MemoryError"):  # growing in 64 MiB steps
+        limit = r"killed: the kernel's memory limit of 1\.0 GiB was reached"
+        with pytest.raises(CodeExecutionError, match=limit) as raised:
+            await executor.execute("print('allocating', flush=True)\nhog = bytearray(2 * 1024**3)")
+        assert raised.value.output == "allocating"
+        assert kernel_pid(executor) != pid  # the warm spare took over
+        with pytest.raises(CodeExecutionError, match=limit):  # growing in 64 MiB steps
             await executor.execute("hog = [bytearray(64 * 1024**2) for _ in range(64)]")
-        assert (await executor.execute("print(kept + 1)")).text == "42"
-        assert kernel_pid(executor) == pid
+        assert (await executor.execute("print('kept' in globals(), 41 + 1)")).text == "False 42"
 
 
 # --- ipybox killed -----------------------------------------------------------------------------------------
