@@ -26,17 +26,11 @@ logger = logging.getLogger(__name__)
 #: Variables a Python process needs to run; everything else of the parent's stays out of the kernel.
 _ESSENTIAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM")
 _CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
-#: `exit()` in a cell would shut the kernel down behind the caller's back; make it say what to do.
-_NO_EXIT = (
-    "def _ipybox_no_exit(*args, **kwargs):\n"
-    "    raise RuntimeError('exit() and quit() are disabled in ipybox: reset for a fresh kernel.')\n"
-    "exit = quit = _ipybox_no_exit\n"
-    "del _ipybox_no_exit"
-)
+_IN_KERNEL = "import ipybox.kernel_mgr.in_kernel as _m; _m.install(get_ipython()); del _m"
 _KERNEL_OPTIONS = (
     "--IPKernelApp.log_level=ERROR",
     "--HistoryManager.enabled=False",
-    f"--IPKernelApp.exec_lines={json.dumps([_NO_EXIT])}",
+    f"--IPKernelApp.exec_lines={json.dumps([_IN_KERNEL])}",
 )
 
 
