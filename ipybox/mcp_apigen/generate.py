@@ -7,16 +7,17 @@ import keyword
 import logging
 import shutil
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipybox.mcp_apigen.names import UniqueNames, module_name
-from ipybox.mcp_apigen.schema import ModelWriter, docstring, py_literal
+from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines, py_literal
 from ipybox.mcp_connect import (
+    Placeholders,
     ServerParamsError,
     describe_error,
-    environment,
     list_all_tools,
     open_session,
     placeholder_values,
@@ -35,7 +36,8 @@ from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
-
+{imports}
+from ipybox.mcp_apigen.runtime import ToolModel, parse_result
 from ipybox.tool_exec.client import ToolRunner
 
 from . import SERVER_NAME, SERVER_PARAMS
@@ -43,8 +45,13 @@ from . import SERVER_NAME, SERVER_PARAMS
 TOOL_NAME = {tool_name}
 
 # Fields accept their Python names and the tool's own (aliased) names; the wire uses the latter.
+# Invalid values, also when assigned later, raise ToolArgumentError before anything is sent.
 _NAMES = ConfigDict(
-    validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, protected_namespaces=()
+    validate_by_name=True,
+    validate_by_alias=True,
+    serialize_by_alias=True,
+    protected_namespaces=(),
+    validate_assignment=True,
 )
 _CLOSED = ConfigDict(**_NAMES, extra="forbid")
 _OPEN = ConfigDict(**_NAMES, extra="allow")
@@ -54,11 +61,13 @@ _RUN = """
 def run(params: Params) -> {returns}:
 {doc}
     __tracebackhide__ = True
+    if not isinstance(params, Params):
+        params = Params.model_validate(params)
     args = params.model_dump(mode="json", exclude_unset=True)
     result = ToolRunner(SERVER_NAME, SERVER_PARAMS).run_sync(TOOL_NAME, args)
     return {convert}
 """
-_TYPED = {"returns": "Result", "convert": "Result.model_validate(result)"}
+_TYPED = {"returns": "Result", "convert": "parse_result(Result, result, TOOL_NAME)"}
 _TEXT = {"returns": "str", "convert": "result if isinstance(result, str) else str(result)"}
 
 _INIT = '''\
@@ -81,6 +90,9 @@ _MODULE_NAMES = {
     "SERVER_NAME",
     "SERVER_PARAMS",
     "ToolRunner",
+    "ToolModel",
+    "parse_result",
+    "_NAMES",
     "_CLOSED",
     "_OPEN",
 }
@@ -135,7 +147,7 @@ def tool_module_source(tool: ToolSpec) -> str:
 
 def _tool_module_source(tool: ToolSpec) -> str:
     description = (tool.description or "").strip() or f"Call the MCP tool {tool.name!r}."
-    parts = [docstring(description), "", _HEADER.format(tool_name=py_literal(tool.name))]
+    parts = [docstring(description), "", ""]  # the header, once the imports are known
     params = ModelWriter(tool.input_schema, reserved=_MODULE_NAMES)
     input_schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
     has_properties = bool(input_schema.get("properties"))
@@ -146,7 +158,7 @@ def _tool_module_source(tool: ToolSpec) -> str:
 
     output = tool.output_schema
     if isinstance(output, dict) and output:
-        result = ModelWriter(output, reserved=_MODULE_NAMES | params.names)
+        result = ModelWriter(output, reserved=_MODULE_NAMES | params.names, lenient=True)
         if output.get("type") == "object" or "properties" in output:
             result.model("Result", output, extra="allow", doc="Structured result of the tool.")
             parts.append(result.source)
@@ -155,8 +167,14 @@ def _tool_module_source(tool: ToolSpec) -> str:
             parts.append(result.source)
             parts.append(f'class Result(RootModel[{annotation}]):\n    """Structured result of the tool."""')
         run_kind = _TYPED
+        imports = params.imports | result.imports
     else:
         run_kind = _TEXT
+        imports = params.imports
+    extra_imports = import_lines(imports)
+    parts[2] = _HEADER.format(
+        tool_name=py_literal(tool.name), imports=f"{extra_imports}\n" if extra_imports else ""
+    )
     parts.append(_RUN.format(doc=docstring(description, "    "), **run_kind))
     return "\n\n\n".join(p.strip("\n") for p in parts if p) + "\n"
 
@@ -189,15 +207,21 @@ def validate_server_name(server_name: str) -> None:
 
 
 async def list_tools(
-    server_params: dict[str, Any], connect_timeout: float = 30, report: ToolReport | None = None
+    server_params: dict[str, Any],
+    connect_timeout: float = 30,
+    report: ToolReport | None = None,
+    placeholders: Placeholders | None = None,
 ) -> list[ToolSpec]:
     """Connect to an MCP server and list all its tools, following pagination cursors.
 
     Malformed tools are repaired or left out (see `ipybox.mcp_repair`); `report` says which.
+    `${VAR}` placeholders take their values from `placeholders` (default: the current directory's).
     """
+    placeholders = placeholders or Placeholders.of(Path.cwd())
+    env = placeholders.values()
 
     async def fetch() -> list[ToolSpec]:
-        async with open_session(server_params, report=report) as session:
+        async with open_session(server_params, env, report=report, source=placeholders.describe()) as session:
             tools = await list_all_tools(session)
         return [ToolSpec(t.name, t.description, t.input_schema, t.output_schema) for t in tools]
 
@@ -210,7 +234,7 @@ async def list_tools(
     except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)):
             raise
-        secrets = placeholder_values(server_params, environment())
+        secrets = placeholder_values(server_params, env)
         raise ConnectionError(
             redact(f"Could not connect to the MCP server: {describe_error(e)}", secrets)
         ) from None
@@ -222,14 +246,22 @@ async def generate_mcp_sources(
     root_dir: Path,
     *,
     connect_timeout: float = 30,
+    workspace: Path | None = None,
+    allow_env: Iterable[str] | None = None,
+    placeholder_env: Mapping[str, str] | None = None,
 ) -> GeneratedModules:
     """Generate a typed Python API for an MCP server's tools under `root_dir/server_name/`.
 
     Each tool becomes a module with a pydantic `Params` model, a `Result` model (if the tool
     has an output schema; otherwise `run()` returns `str`) and a `run()` function that calls
     the tool through the executor's tool server. An existing package of that name is replaced.
-    The server is registered as trusted, so tool servers will start it. `${VAR}` placeholders
-    in `server_params` stay in the generated code and are resolved only when the server starts.
+    The server is registered as trusted in `workspace`, so tool servers (executors) with that
+    working directory will start it; by default in the two directories whose kernels import the
+    package by its place: `root_dir`'s parent (e.g. the workspace of `workspace/mcptools`) and
+    `root_dir` itself. `${VAR}` placeholders in `server_params` stay in the generated code and
+    are resolved only when the server starts, from `.env` in `workspace` (default: `root_dir`'s
+    parent) and the environment (only the names in `allow_env`, if given), or from
+    `placeholder_env` alone; see `ipybox.mcp_connect.resolve` for where they may stand.
 
     One malformed tool does not stop the others. A tool the MCP SDK would reject is repaired
     when its meaning is clear: an input schema without `"type"` (e.g. `{}`) is an object (no
@@ -245,7 +277,9 @@ async def generate_mcp_sources(
     validate_server_name(server_name)
     transport_of(server_params)
     report = ToolReport()
-    tools = await list_tools(server_params, connect_timeout, report)
+    trusted_in = [Path(workspace)] if workspace is not None else [Path(root_dir).parent, Path(root_dir)]
+    placeholders = Placeholders.of(trusted_in[0].resolve(), allow_env, placeholder_env)
+    tools = await list_tools(server_params, connect_timeout, report, placeholders)
 
     modules: dict[str, str] = {}
     names = UniqueNames({"__init__", "__main__"})
@@ -275,5 +309,6 @@ async def generate_mcp_sources(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    registry.register(server_name, server_params)
+    for directory in trusted_in:
+        registry.register(server_name, server_params, directory)
     return GeneratedModules(list(modules), report.skipped, report.repaired)

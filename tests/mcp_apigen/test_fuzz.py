@@ -26,8 +26,41 @@ _json_values = st.recursive(
 )
 
 
+_numbers = st.integers(-(10**20), 10**20) | st.floats(allow_nan=False, allow_infinity=False) | st.booleans()
+_rules = st.dictionaries(
+    st.sampled_from(
+        [
+            "minimum",
+            "maximum",
+            "exclusiveMinimum",
+            "exclusiveMaximum",
+            "multipleOf",
+            "minLength",
+            "maxLength",
+            "minItems",
+            "maxItems",
+            "minProperties",
+            "maxProperties",
+            "uniqueItems",
+        ]
+    ),
+    _numbers,
+    max_size=4,
+) | st.fixed_dictionaries(
+    {},
+    optional={
+        "pattern": st.sampled_from(["^[a-z]+$", "(?=x)", "\\p{L}", "(", "[[a]", "\\k<x>"]) | _names,
+        "format": st.sampled_from(["date-time", "date", "time", "uuid", "ipv4", "ipv6", "uri", "email", "x"]),
+        "contentMediaType": _names,
+    },
+)
+
+
 def _schemas() -> st.SearchStrategy[Any]:
     leaf = st.one_of(
+        st.builds(lambda t, r: {"type": t, **r}, _scalars | st.just("array") | st.just("object"), _rules),
+        st.builds(lambda t, r: {"type": [t, "null"], **r}, _scalars, _rules),
+        st.builds(lambda r: r, _rules),
         st.builds(lambda t: {"type": t}, _scalars),
         st.builds(lambda t: {"type": [t, "null"]}, _scalars),
         st.builds(lambda v: {"const": v}, _json_values),

@@ -13,13 +13,15 @@ from pydantic import BaseModel, ValidationError
 
 from ipybox.mcp_apigen.generate import ToolGenerationError, ToolSpec, tool_module_source
 from ipybox.mcp_apigen.names import UniqueNames, class_name, identifier, module_name
-from ipybox.mcp_apigen.schema import ModelWriter, docstring
+from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines
 
 HEADER = """\
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from ipybox.mcp_apigen.runtime import ToolModel
 
 _SHARED = dict(
     validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, protected_namespaces=()
@@ -39,7 +41,8 @@ def build(schema: dict[str, Any], extra: str = "forbid") -> dict[str, Any]:
     writer.model("Params", schema, extra=extra)
     namespace: dict[str, Any] = {}
     # dont_inherit: this module's `from __future__ import annotations` must not apply to the source
-    exec(compile(HEADER + "\n\n" + writer.source, "<schema>", "exec", dont_inherit=True), namespace)
+    source = HEADER + import_lines(writer.imports) + "\n\n" + writer.source
+    exec(compile(source, "<schema>", "exec", dont_inherit=True), namespace)
     return namespace
 
 
@@ -135,9 +138,9 @@ def test_docstring_never_breaks_or_injects(text: str) -> None:
         ({"const": None}, "None"),
         ({"enum": [1, "two", None, True]}, "Literal[1, 'two', True] | None"),
         ({"enum": [1, 2, 2]}, "Literal[1, 2]"),
-        ({"enum": [1.5, 2]}, "Any"),
-        ({"enum": [1, "a", 2.5]}, "Any"),
-        ({"enum": [{"a": 1}]}, "Any"),
+        ({"enum": [1.5, 2]}, "Annotated[Any, OneOf(1.5, 2)]"),
+        ({"enum": [1, "a", 2.5]}, "Annotated[Any, OneOf(1, 'a', 2.5)]"),
+        ({"enum": [{"a": 1}]}, "Annotated[Any, OneOf({'a': 1})]"),
         ({"type": "array"}, "list[Any]"),
         ({"type": "array", "items": {"type": "array", "items": {"type": "number"}}}, "list[list[float]]"),
         ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]}, "tuple[str, int]"),
@@ -254,7 +257,7 @@ def test_refs_define_one_model_each_and_recursion_works() -> None:
         for v in namespace.values()
         if isinstance(v, type) and issubclass(v, BaseModel) and v is not BaseModel
     ]
-    assert len({m for m in models if m is not params and m.__name__ != "RootModel"}) == 1
+    assert {m.__name__ for m in models if m is not params} - {"RootModel", "ToolModel"} == {"Node"}
 
 
 def test_self_reference_to_the_root() -> None:

@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / "node_modules" / ".bin"
 NASTY_SERVER = REPO / "tests" / "servers" / "nasty_server.py"
 MALFORMED_SERVER = REPO / "tests" / "servers" / "malformed_server.py"
+REPLAY_SERVER = REPO / "tests" / "servers" / "replay_server.py"
 EVERYTHING = NODE_BIN / "mcp-server-everything"
 FILESYSTEM = NODE_BIN / "mcp-server-filesystem"
 
@@ -44,6 +45,16 @@ def nasty_params() -> dict[str, Any]:
 
 def malformed_params() -> dict[str, Any]:
     return {"command": sys.executable, "args": [str(MALFORMED_SERVER)]}
+
+
+def replay_params(fixture: Path | str) -> dict[str, Any]:
+    """The replay server serving the tools of a recorded `tools/list` fixture."""
+    return {"command": sys.executable, "args": [str(REPLAY_SERVER), str(fixture)]}
+
+
+def synthetic_params(count: int) -> dict[str, Any]:
+    """The replay server serving `count` synthetic tools (constraints, nesting, enums, `$ref`s)."""
+    return {"command": sys.executable, "args": [str(REPLAY_SERVER), "--synthetic", str(count)]}
 
 
 def everything_params() -> dict[str, Any]:

@@ -1,0 +1,322 @@
+"""What generated tool modules use at run time, in the kernel: the models' base and validators.
+
+Loaded by every generated module, so it imports only pydantic and the standard library.
+Invalid arguments raise `ToolArgumentError` with one line per bad field (where, what rule,
+what value) as soon as `Params` is built, so nothing is sent to the tool.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, TypeVar, get_args
+
+from pydantic import BaseModel, ValidationError
+from pydantic._internal._model_construction import ModelMetaclass
+from pydantic_core import PydanticCustomError, core_schema
+
+__all__ = [
+    "Email",
+    "OneOf",
+    "PythonPattern",
+    "ToolArgumentError",
+    "ToolModel",
+    "ToolResultError",
+    "UniqueItems",
+    "describe_errors",
+    "parse_result",
+]
+
+#: The JSON Schema rule behind each pydantic error type (prefixes end in "_").
+_RULES = {
+    "missing": "required",
+    "extra_forbidden": "additionalProperties",
+    "less_than_equal": "maximum",
+    "less_than": "exclusiveMaximum",
+    "greater_than_equal": "minimum",
+    "greater_than": "exclusiveMinimum",
+    "multiple_of": "multipleOf",
+    "string_too_short": "minLength",
+    "string_too_long": "maxLength",
+    "string_pattern_mismatch": "pattern",
+    "unique_items": "uniqueItems",
+    "literal_error": "enum",
+    "enum": "enum",
+    "const": "const",
+    "format": "format",
+    "timezone_aware": "format",
+    "datetime_": "format",
+    "date_": "format",
+    "time_": "format",
+    "uuid_": "format",
+    "ip_": "format",
+    "url_": "format",
+}
+_MAX_VALUE = 80
+_E = TypeVar("_E", bound="_ReadableError")
+
+
+class _ReadableError(ValidationError):
+    """A pydantic `ValidationError` (so `errors()` lists the details) with a message for people."""
+
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ToolArgumentError(_ReadableError):
+    """Values that break the tool's input schema; raised before anything is sent.
+
+    The message has one line per bad field: where, the schema rule and the value.
+    """
+
+
+class ToolResultError(_ReadableError):
+    """The tool was called, but its structured result breaks its output schema; `result` holds it."""
+
+    result: Any
+
+
+_KNOWN_TYPES = frozenset(get_args(core_schema.ErrorType))
+
+
+def _rebuild(kind: type[_E], error: ValidationError, message: str) -> _E:
+    """`error` as a `kind` (same details) whose `str()` is `message`."""
+    details: list[Any] = []
+    for item in error.errors(include_url=False):
+        known = item["type"] in _KNOWN_TYPES
+        detail = {
+            "type": item["type"] if known else PydanticCustomError(item["type"], item["msg"]),
+            "loc": item["loc"],
+            "input": item["input"],
+        }
+        if known and "ctx" in item:
+            detail["ctx"] = item["ctx"]
+        details.append(detail)
+    rebuilt = kind.from_exception_data(error.title, details)
+    rebuilt.message = message
+    return rebuilt
+
+
+def _rule(error_type: str, ctx: Mapping[str, Any]) -> str:
+    if error_type in ("too_short", "too_long"):
+        kinds = {"Dictionary": "Properties", "List": "Items", "Tuple": "Items"}
+        bound = "min" if error_type == "too_short" else "max"
+        return bound + kinds.get(ctx.get("field_type", ""), "Length")
+    if error_type == "literal_error":  # a Literal of one value is a `const`
+        expected = str(ctx.get("expected", ""))
+        return "enum" if " or " in expected else "const"
+    if error_type in _RULES:
+        return _RULES[error_type]
+    prefix = next((p for p in _RULES if p.endswith("_") and error_type.startswith(p)), None)
+    return _RULES[prefix] if prefix else "type"
+
+
+def _path(loc: tuple[int | str, ...], data: Any, aliases: Mapping[str, str]) -> str:
+    """`loc` as `a.b[0]`, without the tags pydantic adds for union members (not keys of `data`)."""
+    parts: list[str] = []
+    for depth, key in enumerate(loc):
+        if isinstance(data, Mapping) and key in data:
+            data = data[key]
+        elif isinstance(data, (list, tuple)) and isinstance(key, int) and -len(data) <= key < len(data):
+            data = data[key]
+        elif isinstance(data, BaseModel) and isinstance(key, str) and hasattr(data, key):
+            data = getattr(data, key)
+        elif data is not None and not (depth == len(loc) - 1 and isinstance(data, Mapping)):
+            continue  # a union member's tag, or a key inside a value of another type
+        else:
+            data = None  # a missing or unexpected key: the last part of the path
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        else:
+            name = aliases.get(key, key) if depth == 0 else key
+            parts.append(f".{name}" if parts else name)
+    return "".join(parts) or "(arguments)"
+
+
+def _value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
+
+
+def describe_errors(error: ValidationError, data: Any, aliases: Mapping[str, str]) -> list[dict[str, Any]]:
+    """One entry per bad field: the path (Python names at the top), the rule, messages, the value.
+
+    Errors for the members of a union at one path are merged into one entry.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    for item in error.errors(include_url=False):
+        path = _path(tuple(item["loc"]), data, aliases)
+        rule = _rule(item["type"], item.get("ctx") or {})
+        entry = merged.setdefault(path, {"field": path, "rules": [], "messages": [], "value": item["input"]})
+        if rule not in entry["rules"]:
+            entry["rules"].append(rule)
+        if item["msg"] not in entry["messages"]:
+            entry["messages"].append(item["msg"])
+    return [
+        {"field": e["field"], "rule": " or ".join(e["rules"]), "message": " or ".join(e["messages"])}
+        | ({} if e["rules"] == ["required"] else {"value": e["value"]})
+        for e in merged.values()
+    ]
+
+
+def _lines(errors: list[dict[str, Any]]) -> str:
+    return "\n".join(
+        f"- {e['field']}: {e['message']} (rule: {e['rule']}"
+        + (f"; got {_value(e['value'])})" if "value" in e else ")")
+        for e in errors
+    )
+
+
+def _tool_name(cls: type) -> str:
+    module = sys.modules.get(cls.__module__)
+    return str(getattr(module, "TOOL_NAME", cls.__module__))
+
+
+def _aliases(cls: type[BaseModel]) -> dict[str, str]:
+    return {f.alias: name for name, f in cls.model_fields.items() if f.alias and f.alias != name}
+
+
+def _argument_error(cls: type[BaseModel], error: ValidationError, data: Any) -> ToolArgumentError:
+    errors = describe_errors(error, data, _aliases(cls))
+    what = "arguments" if cls.__name__ == "Params" else f"{cls.__name__} values"
+    count = f"{len(errors)} invalid {what}" if len(errors) != 1 else f"1 invalid {what[:-1]}"
+    message = f"{count} for tool {_tool_name(cls)!r}; nothing was sent:\n{_lines(errors)}"
+    return _rebuild(ToolArgumentError, error, message)
+
+
+class _ToolModelMeta(ModelMetaclass):
+    """Turns validation errors of `Model(...)` into `ToolArgumentError`.
+
+    Hooked at the class call, not `__init__`: pydantic calls a custom `__init__` when it
+    validates nested models too, and those errors must stay pydantic's.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValidationError as e:
+            raise _argument_error(cls, e, kwargs) from None  # type: ignore[arg-type]
+
+
+class ToolModel(BaseModel, metaclass=_ToolModelMeta):
+    """Base of generated models: invalid values raise `ToolArgumentError`, one line per field."""
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        try:
+            return super().model_validate(obj, *args, **kwargs)
+        except ValidationError as e:
+            raise _argument_error(cls, e, obj) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        __tracebackhide__ = True
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as e:
+            raise _argument_error(type(self), e, {name: value}) from None
+
+
+def parse_result(model: type[BaseModel], data: Any, tool_name: str) -> Any:
+    """`data` validated as `model`, or `ToolResultError` naming each field that breaks the schema."""
+    __tracebackhide__ = True
+    try:
+        return model.__pydantic_validator__.validate_python(data)
+    except ValidationError as e:
+        lines = _lines(describe_errors(e, data, {}))
+        message = f"The result of tool {tool_name!r} does not match its output schema:\n{lines}"
+        error = _rebuild(ToolResultError, e, message)
+        error.result = data
+        raise error from None
+
+
+# --- validators the generated annotations use -------------------------------------------------
+
+
+def _after(check: Callable[[Any], Any]) -> Callable[..., core_schema.CoreSchema]:
+    def schema(source: Any, handler: Callable[[Any], core_schema.CoreSchema]) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(check, handler(source))
+
+    return schema
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equality as JSON Schema defines it: `1 == 1.0`, but `true != 1`."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+class UniqueItems:
+    """`uniqueItems`: no two items of the list are equal."""
+
+    def _check(self, items: list[Any]) -> list[Any]:
+        for i, item in enumerate(items):
+            if any(_json_equal(item, earlier) for earlier in items[:i]):
+                message = "List items should be unique; item {index} repeats an earlier one"
+                raise PydanticCustomError("unique_items", message, {"index": i})
+        return items
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return _after(self._check)(source, handler)
+
+
+class OneOf:
+    """`enum` or `const` with values a `Literal` cannot hold (floats, objects, arrays)."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = values
+
+    def _check(self, value: Any) -> Any:
+        if any(_json_equal(value, allowed) for allowed in self.values):
+            return value
+        if len(self.values) == 1:
+            expected = repr(self.values[0])
+            raise PydanticCustomError("const", "Input should be {expected}", {"expected": expected})
+        expected = ", ".join(repr(v) for v in self.values)
+        raise PydanticCustomError("enum", "Input should be one of {expected}", {"expected": expected})
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return _after(self._check)(source, handler)
+
+
+class PythonPattern:
+    """`pattern` that pydantic's regex engine cannot compile but Python's `re` can."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._regex = re.compile(pattern)
+
+    def _check(self, value: str) -> str:
+        if self._regex.search(value) is None:
+            message = "String should match pattern '{pattern}'"
+            raise PydanticCustomError("string_pattern_mismatch", message, {"pattern": self.pattern})
+        return value
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return _after(self._check)(source, handler)
+
+
+class _EmailCheck:
+    """`format: email`, checked as far as the standard library can: text, `@`, a domain."""
+
+    def _check(self, value: str) -> str:
+        local, at, domain = value.rpartition("@")
+        if not (local and at and domain) or any(c.isspace() for c in domain):
+            raise PydanticCustomError("format", "Input should be an email address (name@domain)")
+        return value
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return _after(self._check)(source, handler)
+
+
+#: A `str` that must look like an email address (no extra package needed in the kernel).
+Email = Annotated[str, _EmailCheck()]
