@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,9 +21,10 @@ IPython kernel that can call those APIs), install_package and reset."""
 
 EPILOG = """\
 environment:
-  Variables in ipybox's environment or in WORKSPACE/.env fill ${VAR} placeholders in the
-  server_params of register_mcp_server. Only variables named KERNEL_ENV_<NAME> reach the
-  kernel, as <NAME>.
+  ${VAR} placeholders in the server_params of register_mcp_server are filled from
+  WORKSPACE/.env and from the variables of ipybox's environment named with --allow-env, and
+  only in args, env values and header values (never in a URL or command). Only variables
+  named KERNEL_ENV_<NAME> reach the kernel, as <NAME>.
 
 example (Claude Code / Claude Desktop config):
   {"mcpServers": {"ipybox": {"command": "uvx",
@@ -52,6 +54,20 @@ def _count(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names(text: str) -> list[str]:
+    """'GITHUB_TOKEN,BRAVE_API_KEY': environment variable names."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if not _NAME.fullmatch(name)]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"not a list of variable names: {text!r} (e.g. GITHUB_TOKEN,API_KEY)"
+        )
+    return names
 
 
 def parser() -> argparse.ArgumentParser:
@@ -113,6 +129,15 @@ def parser() -> argparse.ArgumentParser:
         help="JSON Lines record of every tool call (default: WORKSPACE/.ipybox/audit.jsonl)",
     )
     p.add_argument(
+        "--allow-env",
+        type=_names,
+        action="append",
+        default=[],
+        metavar="NAME,...",
+        help="variables of ipybox's environment that ${VAR} placeholders in server_params may name "
+        "(repeatable); WORKSPACE/.env is always used, the rest of the environment never",
+    )
+    p.add_argument(
         "--log-level",
         default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -157,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         per_session=args.transport != "stdio",
         limits=ResourceLimits(memory=args.memory_limit, processes=args.process_limit),
         audit_log=args.audit_log.expanduser().resolve() if args.audit_log else None,
+        allow_env=tuple(dict.fromkeys(name for names in args.allow_env for name in names)),
     )
     server = create_server(options)
     if args.transport == "stdio":

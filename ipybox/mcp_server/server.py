@@ -28,7 +28,9 @@ from ipybox._version import __version__
 from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.mcp_apigen import generate_mcp_sources
+from ipybox.mcp_connect import PlaceholderError, placeholder_names
 from ipybox.mcp_server.output import truncate
+from ipybox.tool_exec.audit import AuditLog
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +59,8 @@ class ServerOptions:
     per_session: bool = False  # one kernel per client session (HTTP) instead of one for all
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     audit_log: Path | None = None  # default: WORKSPACE/.ipybox/audit.jsonl
+    #: Variables of ipybox's environment that `${VAR}` may name (besides WORKSPACE/.env).
+    allow_env: tuple[str, ...] = ()
 
 
 class Workspace:
@@ -74,6 +78,10 @@ class Workspace:
     def mcptools(self) -> Path:
         return self.root / "mcptools"
 
+    @property
+    def audit_log(self) -> Path:
+        return self.options.audit_log or self.root / ".ipybox" / "audit.jsonl"
+
     def kernel_env(self) -> dict[str, str]:
         """`KERNEL_ENV_<NAME>` variables (environment and workspace `.env`) as `<NAME>`."""
         values = {k: v for k, v in dotenv_values(self.root / ".env").items() if v is not None}
@@ -89,7 +97,8 @@ class Workspace:
             sandbox=self.options.sandbox,
             sandbox_config=self.options.sandbox_config,
             working_dir=self.root,
-            audit_log=self.options.audit_log or self.root / ".ipybox" / "audit.jsonl",
+            audit_log=self.audit_log,
+            allow_env=self.options.allow_env,
             limits=self.options.limits,
             log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
         )
@@ -201,14 +210,24 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
         server_name: a valid Python identifier, e.g. "github".
         server_params: {"command": ..., "args": [...], "env": {...}} for a local (stdio)
         server, or {"url": ..., "headers": {...}} for an HTTP server. Write secrets as
-        "${VAR}"; they are filled from ipybox's environment or the workspace .env file.
+        "${VAR}" in args, env values or header values (never in a URL or the command); they
+        are filled from the workspace .env file and the variables the user allowed.
 
         Returns the generated tool modules, each with a one-line summary, then any tools whose
         malformed definitions were repaired (what was assumed) or skipped (why).
         """
         try:
-            modules = await generate_mcp_sources(server_name, server_params, workspace.mcptools)
-        except (ValueError, ConnectionError) as e:
+            modules = await generate_mcp_sources(
+                server_name,
+                server_params,
+                workspace.mcptools,
+                workspace=workspace.root,
+                allow_env=options.allow_env,
+            )
+        except ValueError as e:  # bad name or parameters, or a refused ${VAR}: nothing was started
+            _audit_refusal(workspace.audit_log, server_name, server_params, e)
+            raise ToolError(str(e)) from None
+        except ConnectionError as e:
             raise ToolError(str(e)) from None
         for executor in workspace.executors():  # code importing the old API sees the new one
             with contextlib.suppress(Exception):
@@ -303,6 +322,20 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
         return "The kernel was reset: a fresh namespace is ready."
 
     return server
+
+
+def _audit_refusal(log: Path, server_name: str, server_params: Any, error: ValueError) -> None:
+    """Record a refused registration: the rule and the variables it names, never their values."""
+    if isinstance(error, PlaceholderError):
+        variables, rule = error.variables, error.rule
+    else:
+        variables, rule = sorted(placeholder_names(server_params)), "params"
+    try:
+        AuditLog(log).refused_registration(
+            server_name=str(server_name), error=str(error), variables=variables, rule=rule
+        )
+    except OSError as e:
+        logger.error("cannot write the audit log %s: %s", log, e)
 
 
 async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) -> None:

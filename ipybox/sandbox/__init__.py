@@ -6,6 +6,7 @@ from ipybox.sandbox.config import (
     SandboxError,
     check_sandbox,
     load_config,
+    runtime_root,
     sandbox_command,
     sandbox_problem,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "SandboxError",
     "check_sandbox",
     "load_config",
+    "runtime_root",
     "sandbox_command",
     "sandbox_problem",
 ]

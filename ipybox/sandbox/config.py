@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import platform
 import shutil
 import site
+import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ipybox.tool_exec.registry import state_dir
+
+logger = logging.getLogger(__name__)
 
 #: The documented default: read everything but `.env`, write the working directory and IPython's
 #: own directories, no network.
@@ -47,6 +52,15 @@ _ALWAYS_DENY_READ = (
     "/run/dbus",
     "/var/run/dbus",
 )
+
+
+#: Secrets files anywhere in the workspace, hidden from every kernel (relative: srt matches them
+#: under the kernel's working directory, each time a kernel starts).
+_DOTENV_GLOBS = ("**/.env", "**/.env.*")
+
+#: What other programs' sandboxes leave in a temp dir: srt's proxy sockets and mount sources
+#: (`claude-http-*.sock`, `srt-mux-*.sock`, ...) and ipybox runtime dirs of older versions.
+_FOREIGN_TEMP_GLOBS = ("claude-*", "srt-*", "ipybox-*")
 
 
 #: A policy file in the workspace that the MCP server (and the codeact-sandbox plugin) picks up.
@@ -116,8 +130,60 @@ _ALWAYS_DENY_WRITE = (
 )
 
 
+def runtime_root(base: Path | None = None) -> Path:
+    """The directory that holds every ipybox runtime dir (kernel connection files, ipc and tool
+    server sockets, srt's proxy sockets) of this user under the temp dir `base`.
+
+    Every sandbox hides it whole, so a sandboxed kernel cannot reach another kernel's files, not
+    even those of kernels started after it. A temp dir that is already private (this user's,
+    mode 0700) is used as it is; a shared one (`/tmp`) gets a private `ipybox-runtime-<uid>`.
+    Raises `SandboxError` if that name is taken by something that is not this user's private
+    directory (another user could read or replace what ipybox puts there).
+    """
+    base = Path(base or tempfile.gettempdir()).absolute()
+    if _is_private_dir(base):
+        return base
+    root = base / f"ipybox-runtime-{os.getuid()}"
+    try:
+        root.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    if not _is_private_dir(root):
+        raise SandboxError(
+            f"{root} is not a private directory of this user (a symlink, another owner or open "
+            "permissions); remove it so ipybox can create its runtime files there."
+        )
+    return root
+
+
+def _is_private_dir(path: Path) -> bool:
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077 == 0
+
+
+def _other_sandboxes() -> list[str]:
+    """What kernels must not reach of other sandboxes and kernels: the runtime roots (in the
+    temp dir and in /tmp, where runtime dirs go when the temp dir's path is too long) and what
+    other srt instances and older ipybox versions keep beside them (when the kernel starts)."""
+    paths: list[str] = []
+    for base in dict.fromkeys(Path(p).absolute() for p in (tempfile.gettempdir(), "/tmp")):
+        paths.append(str(runtime_root(base)))
+        if any(c in str(base) for c in "*?[]{}!"):
+            logger.warning("not hiding other sandboxes' files in %s: its path has glob characters", base)
+            continue
+        paths += [str(base / pattern) for pattern in _FOREIGN_TEMP_GLOBS]
+    return paths
+
+
 def kernel_policy(
-    config: dict[str, Any], writable_dir: Path, protected: Sequence[Path] = (), hidden: Sequence[Path] = ()
+    config: dict[str, Any],
+    writable_dir: Path,
+    protected: Sequence[Path] = (),
+    hidden: Sequence[Path | str] = (),
+    reachable: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """`config` plus what ipybox needs and forbids, whatever the user's policy says.
 
@@ -125,8 +191,10 @@ def kernel_policy(
     sockets at all. It may never write ipybox's state (the registry of trusted servers), the
     `protected` files (policy, `.env`, git hooks) that later kernels, servers and tools run
     with, or anything that code outside the sandbox executes later (srt also keeps such paths
-    from being created where they do not exist yet). It may not read the `hidden` files (the
-    workspace's `.env`).
+    from being created where they do not exist yet). It may not read the `hidden` paths (the
+    workspace's `.env`), ipybox's state, any `.env` or `.env.*` file in the workspace, or the
+    runtime files of other kernels and sandboxes; of its own runtime dir it sees `writable_dir`
+    and the `reachable` sockets and directories only.
     """
     policy = copy.deepcopy(config)
     fs = policy.setdefault("filesystem", {})
@@ -135,6 +203,8 @@ def kernel_policy(
     fs.setdefault("denyWrite", []).extend([state, *_ALWAYS_DENY_WRITE, *(str(p) for p in protected)])
     deny_read = fs.setdefault("denyRead", [])
     deny_read.extend(str(p) for p in hidden)
+    deny_read.extend([state, *_DOTENV_GLOBS, *_other_sandboxes()])
+    fs.setdefault("allowRead", []).extend(str(p) for p in reachable)
     for entry in _ALWAYS_DENY_READ:
         if os.path.lexists(os.path.expanduser(entry)) and entry not in deny_read:
             deny_read.append(entry)
@@ -196,13 +266,20 @@ def sandbox_command(
     writable_dir: Path,
     working_dir: Path,
     protected: Sequence[Path] = (),
+    *,
+    reachable: Sequence[Path] = (),
 ) -> list[str]:
     """The command prefix that runs a kernel under `srt` with the effective policy.
 
     The policy is written to `policy_file`, which the kernel may not write wherever it lies,
-    so sandboxed code cannot loosen the policy of kernels started later.
+    so sandboxed code cannot loosen the policy of kernels started later. `policy_file` lies in
+    the executor's runtime dir (under `runtime_root()`, hidden from kernels): srt keeps its proxy
+    sockets there too (in `srt/`, the only part the kernel sees besides `writable_dir` and the
+    `reachable` sockets, e.g. the tool server's).
     """
     srt = srt_executable()
+    srt_tmp = policy_file.parent / "srt"
+    srt_tmp.mkdir(mode=0o700, exist_ok=True)
     # The policy file lies under a writable path if the working directory holds the temp dir.
     workspace = working_dir.absolute()
     keep = [policy_file.absolute(), workspace / WORKSPACE_CONFIG, workspace / ".env"]
@@ -210,7 +287,10 @@ def sandbox_command(
     keep += [Path(p).absolute() for p in protected]
     if config_path is not None:
         keep.append(Path(config_path).resolve())
-    policy = kernel_policy(load_config(config_path), writable_dir, keep, hidden=[workspace / ".env"])
+    policy = kernel_policy(
+        load_config(config_path), writable_dir, keep, [workspace / ".env"], [*reachable, srt_tmp]
+    )
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
-    return [srt, "--settings", str(policy_file), "--"]
+    env = shutil.which("env") or "/usr/bin/env"
+    return [env, f"TMPDIR={srt_tmp}", srt, "--settings", str(policy_file), "--"]

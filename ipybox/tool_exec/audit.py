@@ -6,7 +6,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,14 @@ class AuditLog:
         outcome: str,
         started: float,
         error: str | None = None,
+        variables: Sequence[str] = (),
+        rule: str | None = None,
     ) -> None:
-        """Write one record. `decision`: accepted, rejected, timed_out, auto or refused."""
-        entry = {
+        """Write one record. `decision`: accepted, rejected, timed_out, auto or refused.
+
+        A call refused over a `${VAR}` placeholder names the `variables` and the `rule` it broke.
+        """
+        entry: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
             "server": server_name,
             "tool": tool_name,
@@ -65,6 +70,28 @@ class AuditLog:
         }
         if error is not None:
             entry["error"] = error
+        if rule is not None:
+            entry |= {"rule": rule, "variables": list(variables)}
+        self._write(entry)
+
+    def refused_registration(
+        self, *, server_name: str, error: str, variables: Sequence[str] = (), rule: str = "params"
+    ) -> None:
+        """Record a refused server registration: its name, the rule it broke and the variables
+        (names only) its `${VAR}` placeholders named; never their values."""
+        self._write(
+            {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "event": "registration",
+                "server": server_name,
+                "decision": "refused",
+                "rule": rule,
+                "variables": list(variables),
+                "error": error,
+            }
+        )
+
+    def _write(self, entry: dict[str, Any]) -> None:
         line = json.dumps(self._redact(entry), default=str) + "\n"
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -1,15 +1,24 @@
-"""The MCP servers an application has registered: the only ones a tool server will start."""
+"""The MCP servers an application has registered, per workspace: the only ones a tool server will start.
+
+Each workspace (its resolved path) has its own file under the per-user state dir, so a server
+registered in one workspace is unknown in another. Sandboxed kernels can neither read nor
+write the state dir (see `ipybox.sandbox.config.kernel_policy`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+#: Registrations that hold in every workspace: only made by an explicit `register(..., workspace=None)`.
+_ALL_WORKSPACES = "all-workspaces.json"
 
 
 def state_dir() -> Path:
@@ -20,17 +29,20 @@ def state_dir() -> Path:
     return Path(base) / "ipybox"
 
 
+def registry_file(workspace: Path | None) -> Path:
+    """The file holding the registrations of `workspace` (None: of every workspace)."""
+    if workspace is None:
+        return state_dir() / _ALL_WORKSPACES
+    key = hashlib.sha256(str(Path(workspace).resolve()).encode()).hexdigest()[:32]
+    return state_dir() / "workspaces" / f"{key}.json"
+
+
 def _canonical(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
-def _registry_file() -> Path:
-    return state_dir() / "servers.json"
-
-
-def _load() -> dict[str, list[str]]:
-    """The registry's entries (a fresh copy); re-read only when the file has changed."""
-    path = _registry_file()
+def _load(path: Path) -> dict[str, list[str]]:
+    """The servers registered in one file (a fresh copy); re-read only when the file has changed."""
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -38,32 +50,43 @@ def _load() -> dict[str, list[str]]:
     return {k: list(v) for k, v in _parse(str(path), stat.st_mtime_ns, stat.st_size).items()}
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=16)
 def _parse(path: str, mtime_ns: int, size: int) -> dict[str, list[str]]:
-    """Entries of one version of the file (the arguments after `path` identify the version)."""
+    """Entries of one version of a file (the arguments after `path` identify the version)."""
     with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
         data = json.loads(Path(path).read_text())
-        if isinstance(data, dict):
-            return {str(k): [str(p) for p in v] for k, v in data.items() if isinstance(v, list)}
+        servers = data.get("servers") if isinstance(data, dict) else None
+        if isinstance(servers, dict):
+            return {str(k): [str(p) for p in v] for k, v in servers.items() if isinstance(v, list)}
     return {}
 
 
-def register(server_name: str, params: Mapping[str, Any]) -> None:
-    """Record that the application trusts `server_name` with exactly these (unresolved) params."""
-    entries = _load()
-    known = entries.setdefault(server_name, [])
+def register(server_name: str, params: Mapping[str, Any], workspace: Path | None = None) -> None:
+    """Record that the application trusts `server_name` with exactly these (unresolved) params in
+    `workspace`; `None` trusts it in every workspace of this user (ipybox itself never does that)."""
+    path = registry_file(workspace)
+    servers = _load(path)
+    known = servers.setdefault(server_name, [])
     canonical = _canonical(params)
     if canonical in known:
         return
     known.append(canonical)
-    path = _registry_file()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    data: dict[str, Any] = {"servers": servers}
+    if workspace is not None:
+        data = {"workspace": str(Path(workspace).resolve())} | data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".servers-")
     with os.fdopen(fd, "w") as f:
-        json.dump(entries, f, indent=1)
+        json.dump(data, f, indent=1)
     os.replace(tmp, path)
 
 
-def is_registered(server_name: str, params: Mapping[str, Any]) -> bool:
-    """Whether `register()` was called for this name with these params (by any process)."""
-    return _canonical(params) in _load().get(server_name, [])
+def is_registered(server_name: str, params: Mapping[str, Any], workspace: Path | None = None) -> bool:
+    """Whether `register()` was called for this name and params (by any process) in `workspace` or
+    for every workspace. Without `workspace`: in any workspace at all (for tests and tools)."""
+    canonical = _canonical(params)
+    if workspace is not None:
+        files = [registry_file(workspace), registry_file(None)]
+    else:
+        files = [registry_file(None), *sorted((state_dir() / "workspaces").glob("*.json"))]
+    return any(canonical in _load(path).get(server_name, []) for path in files)

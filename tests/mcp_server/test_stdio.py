@@ -41,6 +41,7 @@ KERNEL_ENV_ALLOWED = {
     # set by ipybox
     "PYTHONUNBUFFERED",
     "IPYBOX_TOOL_SERVER",
+    "NO_COLOR",
     # set by ipykernel
     *("MPLBACKEND", "JPY_PARENT_PID", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "PAGER", "GIT_PAGER"),
     "PYDEVD_USE_FRAME_EVAL",
@@ -282,12 +283,13 @@ async def test_kernel_sees_only_kernel_env_variables(workspace: Path, state_dir:
 
 
 @requires_node
-async def test_placeholders_in_server_params_are_filled_from_env_and_dotenv(
+async def test_placeholders_in_server_params_are_filled_from_allowed_env_and_dotenv(
     workspace: Path, state_dir: Path
 ) -> None:
     (workspace / ".env").write_text("API_KEY=dotenv-key-4d2\n")
     params = EVERYTHING | {"env": {"X": "${API_KEY}", "Y": "${SECRET_TOKEN}"}}
-    async with open_ipybox(workspace, state_dir, env={"SECRET_TOKEN": "abc"}) as box:
+    env = {"SECRET_TOKEN": "abc"}
+    async with open_ipybox(workspace, state_dir, env=env, args=["--allow-env", "SECRET_TOKEN"]) as box:
         await box.register("everything", params)
         server_env_json = await box.output(
             "from mcptools.everything import get_env\nprint(get_env.run(get_env.Params()))"

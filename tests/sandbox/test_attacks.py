@@ -11,17 +11,21 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from servers.launch import nasty_params
 
 import ipybox
 from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutor, generate_mcp_sources
+from ipybox.sandbox import runtime_root
 from ipybox.tool_exec import registry
 
 from .conftest import (
@@ -151,21 +155,31 @@ async def test_writes_outside_allowed_paths_are_read_only(executor: CodeExecutor
 
 _TAMPER_STATE = """
 state = pathlib.Path({state!r})
-evil = _json.dumps({{"evil": [_json.dumps({{"command": "touch", "args": ["/tmp/x"]}})]}})
-def replace():
+files = [state / {mine!r}, state / 'all-workspaces.json']
+evil = _json.dumps({{"servers": {{"evil": [_json.dumps({{"command": "touch", "args": ["/tmp/x"]}})]}}}})
+def replace(target):
     (pathlib.Path({scratch!r}) / 'servers.json').write_text(evil)
-    os.replace(pathlib.Path({scratch!r}) / 'servers.json', state / 'servers.json')
-print(_json.dumps([
-    attempt(lambda: (state / 'servers.json').write_text(evil)),
-    attempt(lambda: os.makedirs(state, exist_ok=True) or (state / 'new.json').write_text(evil)),
-    attempt(replace),
-    attempt(lambda: (state / 'servers.json').unlink()),
-]))
+    os.replace(pathlib.Path({scratch!r}) / 'servers.json', target)
+out = {{
+    'read': [attempt(lambda f=f: f.read_text()) for f in files] + [attempt(lambda: os.listdir(state))],
+    'write': [attempt(lambda f=f: f.write_text(evil)) for f in files]
+    + [attempt(lambda: os.makedirs(state / 'workspaces', exist_ok=True) or (state / 'x').write_text(evil))]
+    + [attempt(lambda f=f: replace(f)) for f in files]
+    + [attempt(lambda f=f: f.unlink()) for f in files],
+}}
+print(_json.dumps(out))
 """
 
 
+def _tree(root: Path) -> dict[str, bytes] | None:
+    """Every file under `root` with its content (None if `root` does not exist)."""
+    if not root.exists():
+        return None
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in root.rglob("*")}
+
+
 @pytest.mark.parametrize("where", ["outside", "inside_allow_write", "missing_inside_allow_write"])
-async def test_state_dir_cannot_be_written(
+async def test_state_dir_is_hidden_and_cannot_be_changed(
     where: str,
     workspace: Path,
     tmp_path: Path,
@@ -173,7 +187,9 @@ async def test_state_dir_cannot_be_written(
     everything_params: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The registry of trusted servers is read-only to kernels, even under a writable path."""
+    """The registry of trusted servers can be neither read nor changed by kernels, even under a
+    writable path. The kernel sees an empty stand-in (srt's private tmpfs) or nothing at all:
+    what it writes there never reaches the host."""
     config_path = None
     if where != "outside":
         writable = tmp_path / "writable"
@@ -183,24 +199,27 @@ async def test_state_dir_cannot_be_written(
         config_path = write_config(
             tmp_path / "c.json", sandbox_config(filesystem={"allowWrite": [".", str(writable)]})
         )
+    mine = registry.registry_file(workspace)
     if where != "missing_inside_allow_write":
-        registry.register("everything", everything_params)
-        assert (state_dir / "servers.json").exists()
-    before = sorted(p.name for p in state_dir.iterdir()) if state_dir.exists() else None
-    registered = (state_dir / "servers.json").read_bytes() if before else None
+        registry.register("everything", everything_params, workspace)
+        registry.register("everything", everything_params)  # for every workspace
+        assert mine.exists() and registry.registry_file(None).exists()
+    before = _tree(state_dir)
     async with CodeExecutor(
         sandbox=True, sandbox_config=config_path, working_dir=workspace, spare_kernel=False
     ) as executor:
-        result = await probe(
-            executor, RUNTIME + _TAMPER_STATE.format(state=str(state_dir), scratch=str(workspace))
+        code = _TAMPER_STATE.format(
+            state=str(state_dir), mine=str(mine.relative_to(state_dir)), scratch=str(workspace)
         )
-    assert not [r for r in result if r.startswith("ok")], result
-    if before is None:
-        assert not state_dir.exists()
-    else:
-        assert sorted(p.name for p in state_dir.iterdir()) == before
-        assert (state_dir / "servers.json").read_bytes() == registered
+        result = await probe(executor, RUNTIME + code)
+        await executor.reset()  # a later kernel sees the host's state dir afresh: still hidden
+        again = await probe(executor, f"print(_json.dumps(attempt(lambda: open({str(mine)!r}).read())))")
+    for outcome in [*result["read"], again]:
+        assert not outcome.startswith("ok") or outcome in ("ok: []", "ok: ''"), outcome
+    assert "everything" not in json.dumps(result) + again
+    assert _tree(state_dir) == before  # whatever the kernel did, the host's registry is unchanged
     assert not registry.is_registered("evil", {"command": "touch", "args": ["/tmp/x"]})
+    assert registry.is_registered("everything", everything_params, workspace) is (before is not None)
 
 
 _TAMPER_POLICY = """
@@ -258,7 +277,10 @@ async def _tamper_with_policy(
         if layout == "tmp_in_workspace":
             assert policy_path.is_relative_to(workspace)  # the layout under test
         result = await probe(executor, RUNTIME + _TAMPER_POLICY.format(target=target))
-        assert not [r for r in result if r.startswith("ok")], result
+        if target:  # the user's config is in the workspace, in the kernel's view: it stays read-only
+            assert not [r for r in result[:3] if r.startswith("ok")], result
+        # srt's policy lies in the runtime dir, hidden behind a private empty stand-in: changes the
+        # kernel makes there (which may "succeed") never reach the host, which is what counts
         assert (policy_path.read_bytes(), (config_path.read_bytes() if config_path else b"")) == before
         # the next kernel starts with the same policy: still confined
         await executor.reset()
@@ -267,6 +289,214 @@ async def _tamper_with_policy(
         )
         assert escaped.startswith("OSError: [Errno 30]"), escaped
         assert not escape.exists()
+
+
+_READ_SECRETS = """
+import shutil, subprocess
+targets = {targets!r}
+def via_link(t):
+    os.symlink(os.path.abspath(t), 'link-' + t.replace('/', '_'))
+    return open('link-' + t.replace('/', '_')).read()
+def via_hardlink(t):
+    os.link(t, 'hard-' + t.replace('/', '_'))
+    return open('hard-' + t.replace('/', '_')).read()
+out = {{}}
+for t in targets:
+    out[t] = [
+        attempt(lambda t=t: open(t).read()),
+        attempt(lambda t=t: subprocess.run(['cat', t], capture_output=True, text=True, check=True).stdout),
+        attempt(lambda t=t: shutil.copy(t, 'copied') and open('copied').read()),
+        attempt(lambda t=t: via_link(t)),
+        attempt(lambda t=t: via_hardlink(t)),
+    ]
+out['listed'] = sorted(os.listdir('sub'))
+out['other'] = attempt(lambda: open('sub/notes.txt').read())
+print(_json.dumps(out))
+"""
+
+
+async def test_dotenv_files_in_subfolders_are_unreadable(srt_available: None, workspace: Path) -> None:
+    """Every `.env` and `.env.*` in the workspace is hidden, at any depth, whatever it is read with."""
+    files = {
+        "sub/.env": "SUB_SECRET=sub-secret-31f",
+        "sub/deeper/.env.local": "LOCAL_SECRET=local-secret-8a2",
+        "node_modules/pkg/.env": "PKG_SECRET=pkg-secret-c07",
+        ".env.production": "PROD_SECRET=prod-secret-e55",
+    }
+    for name, content in files.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(content + "\n")
+    (workspace / "sub" / "notes.txt").write_text("not a secret\n")
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(executor, _READ_SECRETS.format(targets=[".env", *files]))
+        # a .env that appears while a kernel runs is hidden from the next kernel
+        (workspace / "sub" / "late").mkdir()
+        (workspace / "sub" / "late" / ".env").write_text("LATE_SECRET=late-secret-6b9\n")
+        await executor.reset()
+        late = await probe(executor, "print(_json.dumps(attempt(lambda: open('sub/late/.env').read())))")
+    text = json.dumps(result) + late
+    for secret in (ENV_SECRET, "sub-secret-31f", "local-secret-8a2", "pkg-secret-c07", "prod-secret-e55"):
+        assert secret not in text
+    assert "late-secret-6b9" not in text
+    for name in [".env", *files]:
+        assert not [r for r in result[name] if r.startswith("ok")], (name, result[name])
+    assert result["listed"] == [".env", "deeper", "late", "notes.txt"] or ".env" in result["listed"]
+    assert result["other"] == "ok: 'not a secret\\n'"  # the rest of the workspace stays readable
+    assert late.startswith("PermissionError"), late
+    assert (workspace / "sub" / ".env").read_text() == files["sub/.env"] + "\n"
+
+
+# --- other kernels and sandboxes ------------------------------------------------------------------
+
+_REACH_OTHERS = """
+import glob, socket
+victim = pathlib.Path({victim!r})
+mine = pathlib.Path(os.environ['IPYBOX_TOOL_SERVER']).parent
+def connect(path, payload):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(5)
+    sock.connect(str(path))
+    sock.sendall(payload)
+    return sock.recv(200).decode(errors='replace')
+request = {{'op': 'run', 'server_name': 'nasty', 'server_params': {params!r},
+           'tool_name': 'echo', 'tool_args': {{'message': 'from another sandbox'}}}}
+found = [p for pattern in {patterns!r} for p in glob.glob(pattern, recursive=True)]
+found = [p for p in found if not p.startswith(str(mine))]
+print(_json.dumps({{
+    'found': found,
+    'list': attempt(lambda: os.listdir(victim)),
+    'connection_files': attempt(
+        lambda: [open(f).read() for f in glob.glob(str(victim / 'kernels' / '*.json'))]
+        or open(victim / 'kernels' / 'missing.json').read()
+    ),
+    'tools': attempt(lambda: connect(victim / 'tools.sock', _json.dumps(request).encode() + b'\\n')),
+    'root': attempt(lambda: os.listdir(mine.parent)),
+}}))
+"""
+
+
+def _runtime_patterns() -> list[str]:
+    """Where ipybox executors of this user keep their connection files and sockets."""
+    roots = {runtime_root(Path(tempfile.gettempdir())), runtime_root(Path("/tmp"))}
+    return [f"{root}/**/{name}" for root in roots for name in ("kernels/*", "*.sock")]
+
+
+@pytest.mark.parametrize("victim_started", ["before", "after"])
+async def test_kernel_cannot_reach_other_kernels(
+    victim_started: str, srt_available: None, workspace: Path, tmp_path: Path
+) -> None:
+    """Another executor of the same user (here unsandboxed, whose kernel would run anything) keeps
+    its connection files and tool server socket in its runtime dir: a sandboxed kernel can neither
+    read the one nor connect to the other, whether that executor started before it or after."""
+    other = tmp_path / "other"
+    (other / "mcptools").mkdir(parents=True)
+    await generate_mcp_sources("nasty", nasty_params(), other / "mcptools")
+    log = tmp_path / "victim-audit.jsonl"
+    victim = CodeExecutor(working_dir=other, audit_log=log, spare_kernel=False)
+    attacker = CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False)
+    first, second = (victim, attacker) if victim_started == "before" else (attacker, victim)
+    async with first, second:
+        runtime = victim._runtime_dir
+        assert runtime is not None and list((runtime / "kernels").glob("*.json"))  # the target is there
+        code = _REACH_OTHERS.format(victim=str(runtime), params=nasty_params(), patterns=_runtime_patterns())
+        result = await probe(attacker, RUNTIME + code)
+        assert await run(victim, "print('victim alive')") == "victim alive"
+    assert result["found"] == [], result["found"]
+    for key in ("list", "connection_files", "tools"):
+        assert not result[key].startswith("ok"), (key, result[key])
+    assert "key" not in result["connection_files"]  # no connection file content, no HMAC key
+    # the kernel sees only its own runtime dir in the hidden root (an empty stand-in around it)
+    assert result["root"].startswith("ok") and str(runtime.name) not in result["root"], result["root"]
+    assert not log.exists() or "from another sandbox" not in log.read_text()
+
+
+def _start_other_srt(tmp_path: Path, domain: str) -> tuple[psutil.Popen, list[str]]:
+    """An srt sandbox that is not ipybox's (e.g. an agent's shell tool), allowed to reach `domain`,
+    with its proxy sockets in the shared temp dir; its process and those socket paths."""
+    policy = write_config(
+        tmp_path / "other-srt.json",
+        sandbox_config(filesystem={"allowWrite": [str(tmp_path)]}, network={"allowedDomains": [domain]}),
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
+    process = psutil.Popen(["srt", "--settings", str(policy), "--", "sleep", "120"], env=env, cwd=tmp_path)
+    sockets: list[str] = []
+    for _ in range(100):
+        for child in process.children(recursive=True):
+            try:
+                args = child.cmdline()
+            except psutil.Error:
+                continue
+            sockets += [
+                a.split(",")[0].removeprefix("UNIX-LISTEN:") for a in args if a.startswith("UNIX-LISTEN:")
+            ]
+        if sockets and all(os.path.exists(s) for s in sockets):
+            return process, sorted(set(sockets))
+        sockets = []
+        time.sleep(0.1)
+    process.kill()
+    pytest.fail("the other srt sandbox did not start its proxy")
+
+
+def _proxy_request(path: str, port: int) -> str:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(path)
+        sock.sendall(f"GET http://127.0.0.1:{port}/other HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        return sock.recv(200).decode(errors="replace")
+
+
+_REACH_PROXIES = """
+import socket, stat
+def talk(path):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(5)
+    sock.connect(path)
+    sock.sendall(b'GET http://127.0.0.1:{port}/escaped HTTP/1.1\\r\\nHost: 127.0.0.1:{port}\\r\\n\\r\\n')
+    return sock.recv(200).decode(errors='replace')
+print(_json.dumps({{p: [attempt(lambda p=p: stat.S_ISSOCK(os.stat(p).st_mode)), attempt(lambda p=p: talk(p))]
+                   for p in {known!r}}}))
+"""
+
+
+async def test_kernel_cannot_use_other_sandboxes_proxies(
+    srt_available: None, workspace: Path, tmp_path: Path, local_server: LocalServer
+) -> None:
+    """Other sandboxes' proxies would let the kernel out under their network policy. Those of srt
+    instances running when the kernel starts are hidden, and so are those of ipybox executors
+    started later (srt keeps them in the executor's runtime dir)."""
+    domain = f"127.0.0.1:{local_server.port}"
+    other, sockets = _start_other_srt(tmp_path, domain)
+    try:
+        # the target is live: its proxy answers (asking for the other sandbox's credentials)
+        assert _proxy_request(sockets[0], local_server.port).startswith("HTTP/1.1 40")
+        config = write_config(tmp_path / "net.json", sandbox_config(network={"allowedDomains": [domain]}))
+        async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+            later = CodeExecutor(
+                sandbox=True, sandbox_config=config, working_dir=tmp_path, spare_kernel=False
+            )
+            async with later:
+                later_runtime = later._runtime_dir
+                assert later_runtime is not None
+                later_sockets = [str(p) for p in (later_runtime / "srt").glob("*.sock")]
+                assert later_sockets  # the later sandbox's proxy sockets exist on the host
+                known = sockets + later_sockets
+                result = await probe(executor, _REACH_PROXIES.format(port=local_server.port, known=known))
+                # the later executor itself does reach the server through its own proxy
+                allowed = await probe(
+                    later,
+                    "import os\n"
+                    + VIA_PROXY
+                    + f"print(_json.dumps(attempt(lambda: via_proxy('http://{domain}/own'))))",
+                )
+    finally:
+        other.kill()
+        other.wait()
+    assert sorted(result) == sorted(sockets + later_sockets)
+    for path, (is_socket, talked) in result.items():
+        assert is_socket != "ok: True", path  # hidden: gone, or /dev/null in its place
+        assert not talked.startswith("ok"), (path, talked)
+    assert allowed.startswith("ok"), allowed
+    assert [hit for hit in local_server.hits if hit != "/own"] == []
 
 
 # --- network --------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import sys
@@ -57,10 +58,10 @@ async def test_default_policy_is_used_without_a_config(
     srt_available: None, workspace: Path, state_dir: Path
 ) -> None:
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
-        code = (
-            "import os, pathlib; p = pathlib.Path(os.environ['IPYBOX_TOOL_SERVER']).parent / 'sandbox.json'"
+        runtime = Path(
+            await run(executor, "import os\nprint(os.path.dirname(os.environ['IPYBOX_TOOL_SERVER']))")
         )
-        policy = json.loads(await run(executor, code + "\nprint(p.read_text())"))
+        policy = json.loads((runtime / "sandbox.json").read_text())  # hidden from the kernel itself
         # the default's behaviour: the working directory is writable, its .env is not readable
         assert await run(executor, "open('written.txt', 'w').write('x')") == "1"
         with pytest.raises(Exception, match="PermissionError"):
@@ -195,7 +196,10 @@ async def test_config_that_srt_rejects_is_reported_clearly(
         async with CodeExecutor(sandbox=True, sandbox_config=path, working_dir=workspace, spare_kernel=False):
             pytest.fail("the executor started")
     await watch.assert_all_gone()
-    assert list(private_tmp.iterdir()) == []
+    # only the (empty) directory that holds all runtime dirs stays
+    assert [str(p.relative_to(private_tmp)) for p in private_tmp.rglob("*")] == [
+        f"ipybox-runtime-{os.getuid()}"
+    ]
 
 
 def _toolbox(tmp_path: Path, tools: list[str]) -> str:
