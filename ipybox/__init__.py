@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ipybox.sandbox import SandboxError
     from ipybox.tool_exec.approval.client import ApprovalClient, ApprovalRequest
     from ipybox.tool_exec.approval.server import ApprovalChannel
-    from ipybox.tool_exec.client import ToolOutput, ToolRunner, ToolRunnerError
+    from ipybox.tool_exec.client import ApprovalRejectedError, ToolOutput, ToolRunner, ToolRunnerError
     from ipybox.tool_exec.server import ToolServer
 
 _EXPORTS = {
@@ -33,6 +33,7 @@ _EXPORTS = {
     "ApprovalChannel": "ipybox.tool_exec.approval.server",
     "ToolRunner": "ipybox.tool_exec.client",
     "ToolRunnerError": "ipybox.tool_exec.client",
+    "ApprovalRejectedError": "ipybox.tool_exec.client",
     "ToolServer": "ipybox.tool_exec.server",
     "ToolOutput": "ipybox.tool_exec.client",
     "ToolGenerationError": "ipybox.mcp_apigen",
@@ -41,6 +42,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ApprovalRejectedError",
     "ApprovalChannel",
     "ApprovalClient",
     "ApprovalRequest",

@@ -9,18 +9,20 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from ipybox.kernel_mgr.deadline import Deadline
+from ipybox.kernel_mgr.in_kernel import APPROVE_SHELL_VAR, REQUIRE_SHELL_ESCAPE_VAR, WORKING_DIR_VAR
 from ipybox.kernel_mgr.kernel import KernelDied, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
-from ipybox.sandbox import check_sandbox, sandbox_command
+from ipybox.sandbox import check_sandbox, runtime_root, sandbox_command
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.client import ENDPOINT_VAR
 from ipybox.tool_exec.server import ToolServer
@@ -56,6 +58,14 @@ class CodeExecutionError(Exception):
 
 
 _DONE = object()
+_CANCELLED = object()
+#: Kernels have no terminal: programs that colour their output should not.
+_QUIET_TERMINAL = {"NO_COLOR": "1"}
+
+
+def _check_timeout(name: str, value: float | None) -> None:
+    if value is not None and not value >= 0:  # also refuses NaN
+        raise ValueError(f"{name} must be a number of seconds >= 0 or None, got {value!r}")
 
 
 class CodeExecutor:
@@ -64,7 +74,18 @@ class CodeExecutor:
     The kernel runs in a subprocess (optionally sandboxed) with the caller's working
     directory and only the environment given in `kernel_env`. Its tool calls go to an
     embedded `ToolServer` over a unix socket; `stream()` yields an `ApprovalRequest` for
-    each one, `execute()` approves them all.
+    each one (unless `approve_tool_calls` is False), `execute()` approves them all.
+
+    With `approve_shell_cmds`, each `!cmd` (`tool_name` "shell") and `%%bash`/`%%sh` cell
+    ("shell_magic") also waits for approval, with `tool_args == {"cmd": ...}`; with
+    `require_shell_escape` as well, starting programs from Python (`subprocess`, `os.system`,
+    ...) raises, so they take that path. With `working_dir` given, the kernel starts there and
+    a cell that changes directory is moved back after it ends; without, it starts in the current
+    directory and a change persists. `approval_timeout=None` waits for decisions for ever.
+
+    Tool servers start only MCP servers registered for `working_dir` (the workspace). Their
+    `${VAR}` placeholders take values from `working_dir/.env` and the environment (only the
+    names in `allow_env`, if given), or from `placeholder_env` alone (see docs/tool-calls.md).
 
     `kernel_gateway_host` and `kernel_gateway_port` are accepted for compatibility and unused:
     kernels are driven directly over ipc sockets. With `tool_server_port` set, the tool server
@@ -80,23 +101,48 @@ class CodeExecutor:
         kernel_gateway_port: int | None = None,
         kernel_env: dict[str, str] | None = None,
         images_dir: Path | None = None,
-        approval_timeout: float = 60,
+        approval_timeout: float | None = 60,
         connect_timeout: float = 30,
         sandbox: bool = False,
         sandbox_config: Path | None = None,
         log_level: str = "WARNING",
         *,
+        approve_tool_calls: bool = True,
+        approve_shell_cmds: bool = False,
+        require_shell_escape: bool = False,
+        kernel_init_timeout: float = 30,
         spare_kernel: bool = True,
         working_dir: Path | None = None,
         audit_log: Path | None = None,
         limits: ResourceLimits | None = None,
         tool_timeout: float | None = None,
+        allow_env: Iterable[str] | None = None,
+        placeholder_env: Mapping[str, str] | None = None,
     ) -> None:
+        if require_shell_escape and not approve_shell_cmds:
+            raise ValueError(
+                "require_shell_escape=True needs approve_shell_cmds=True: it sends programs through "
+                "approved shell commands, which are only asked for with approve_shell_cmds."
+            )
+        for name, value in (
+            ("approval_timeout", approval_timeout),
+            ("connect_timeout", connect_timeout),
+            ("kernel_init_timeout", kernel_init_timeout),
+            ("tool_timeout", tool_timeout),
+        ):
+            _check_timeout(name, value)
+        self.approve_tool_calls = approve_tool_calls
+        self.approve_shell_cmds = approve_shell_cmds
+        self.require_shell_escape = require_shell_escape
+        self._kernel_init_timeout = kernel_init_timeout
+        self._restore_working_dir = working_dir is not None
         self.working_dir = (working_dir or Path.cwd()).resolve()
         self.images_dir = images_dir or self.working_dir / "images"
         self._tool_server_host = tool_server_host
         self._tool_server_port = tool_server_port
         self._kernel_env = dict(kernel_env or {})
+        self._allow_env = None if allow_env is None else tuple(allow_env)
+        self._placeholder_env = placeholder_env
         self._approval_timeout = approval_timeout
         self._connect_timeout = connect_timeout
         self._sandbox = sandbox
@@ -109,6 +155,7 @@ class CodeExecutor:
         self._tool_server: ToolServer | None = None
         self._kernels: KernelSupervisor | None = None
         self._lock = asyncio.Lock()
+        self._cancel: asyncio.Event | None = None  # set by cancel() while an execution runs
         logging.getLogger("ipybox").setLevel(log_level)
 
     async def __aenter__(self) -> CodeExecutor:
@@ -141,6 +188,7 @@ class CodeExecutor:
         kernels_dir = self._runtime_dir / "kernels"  # the only part of it a sandboxed kernel may write
         kernels_dir.mkdir()
         command_prefix: list[str] = []
+        socket_path = self._runtime_dir / "tools.sock"
         if self._sandbox:
             protected = [self.audit_log] if self.audit_log is not None else []
             command_prefix = sandbox_command(
@@ -149,8 +197,8 @@ class CodeExecutor:
                 kernels_dir,
                 self.working_dir,
                 protected,
+                reachable=[socket_path],
             )
-        socket_path = self._runtime_dir / "tools.sock"
         self._tool_server = ToolServer(
             host=self._tool_server_host,
             port=self._tool_server_port,
@@ -160,9 +208,18 @@ class CodeExecutor:
             path=socket_path,
             audit_log=self.audit_log,
             call_timeout=self._tool_timeout,
+            workspace=self.working_dir,
+            allow_env=self._allow_env,
+            placeholder_env=self._placeholder_env,
         )
         await self._tool_server.start()
-        env = kernel_environment(self._kernel_env) | {ENDPOINT_VAR: str(socket_path)}
+        env = kernel_environment(_QUIET_TERMINAL | self._kernel_env) | {ENDPOINT_VAR: str(socket_path)}
+        if self._restore_working_dir:
+            env[WORKING_DIR_VAR] = str(self.working_dir)
+        if self.approve_shell_cmds:
+            env[APPROVE_SHELL_VAR] = "1"
+        if self.require_shell_escape:
+            env[REQUIRE_SHELL_ESCAPE_VAR] = "1"
         if self._sandbox:
             # srt sets the kernel's TMPDIR to $CLAUDE_CODE_TMPDIR, else to a /tmp/claude that need not
             # exist; without a writable TMPDIR ipykernel cannot run a cell unless "." is writable.
@@ -182,6 +239,7 @@ class CodeExecutor:
             command_prefix=command_prefix,
             limits=self.limits,
             spare=self._spare_kernel,
+            start_timeout=self._kernel_init_timeout,
         )
         await self._kernels.start()
 
@@ -209,37 +267,50 @@ class CodeExecutor:
             await self._require_kernels().replace()
             await self.tool_server.reset()
 
-    async def execute(self, code: str, timeout: float = 120) -> CodeExecutionResult:
-        """Run `code`, approving every tool call it makes, and return its result."""
-        result: CodeExecutionResult | None = None
+    async def execute(self, code: str, timeout: float | None = 120) -> CodeExecutionResult:
+        """Run `code`, approving every tool call and shell command it makes, and return its result.
+
+        After `cancel()` the result is empty (`text` None).
+        """
+        result = CodeExecutionResult(None)
         # Run the generator to its end rather than returning from the loop: it releases the
         # executor right away instead of whenever the abandoned generator gets finalized.
         async for item in self._run(code, timeout, chunks=False, auto_approve=True):
             if isinstance(item, CodeExecutionResult):
                 result = item
-        if result is None:
-            raise AssertionError("execution ended without a result")  # pragma: no cover
         return result
 
     def stream(
-        self, code: str, timeout: float = 120, chunks: bool = False, *, auto_approve: bool = False
+        self, code: str, timeout: float | None = 120, chunks: bool = False, *, auto_approve: bool = False
     ) -> AsyncIterator[ApprovalRequest | CodeExecutionChunk | CodeExecutionResult]:
         """Run `code`, yielding approval requests, output chunks (if `chunks`) and the final result.
 
-        With `auto_approve`, tool calls run without asking (and no `ApprovalRequest` is
-        yielded). Raises `CodeExecutionError` if the code fails, and `TimeoutError` if it runs
-        longer than `timeout` seconds (approval waits included); the cell is then interrupted
-        and the kernel keeps its state.
+        With `auto_approve`, tool calls and shell commands run without asking (and no
+        `ApprovalRequest` is yielded). Raises `CodeExecutionError` if the code fails, and
+        `TimeoutError` if it runs longer than `timeout` seconds (None: no limit); time spent
+        waiting for approvals does not count. On a timeout the cell is interrupted and the
+        kernel keeps its state. After `cancel()` the stream ends without a result.
         """
         return self._run(code, timeout, chunks, auto_approve)
 
+    async def cancel(self) -> None:
+        """Stop the running `execute()` or `stream()`: interrupt the kernel, reject pending
+        approvals, and end the call promptly. The kernel keeps its state. Does nothing when
+        no execution runs."""
+        if self._cancel is not None:
+            self._cancel.set()
+
     async def _run(
-        self, code: str, timeout: float, chunks: bool, auto_approve: bool
+        self, code: str, timeout: float | None, chunks: bool, auto_approve: bool
     ) -> AsyncIterator[ApprovalRequest | CodeExecutionChunk | CodeExecutionResult]:
+        _check_timeout("timeout", timeout)
         async with self._lock:
             kernels = self._require_kernels()
             queue: asyncio.Queue[Any] = asyncio.Queue()
             output = OutputBuffer(self.limits.output)
+            deadline = Deadline(timeout)
+            pending: list[ApprovalRequest] = []
+            cancel = self._cancel = asyncio.Event()
 
             def on_event(event: KernelEvent) -> None:
                 output.add(event)
@@ -247,22 +318,29 @@ class CodeExecutor:
                     queue.put_nowait(CodeExecutionChunk(event.text))
 
             async def on_approval(request: ApprovalRequest) -> None:
+                pending.append(request)
                 queue.put_nowait(request)
 
             approval = self.tool_server.approval
             approval.connect(on_approval)
             approval.auto_approve = auto_approve
-            deadline = asyncio.get_running_loop().time() + timeout
+            approval.auto_approve_kinds = frozenset() if self.approve_tool_calls else frozenset({"tool"})
+            approval.on_wait = lambda waiting: deadline.pause() if waiting else deadline.resume()
             task = asyncio.create_task(kernels.execute(code, on_event, deadline))
             task.add_done_callback(lambda _: queue.put_nowait(_DONE))
+            cancelled = asyncio.create_task(cancel.wait())
+            cancelled.add_done_callback(lambda _: queue.put_nowait(_CANCELLED))
             try:
                 while (item := await queue.get()) is not _DONE:
+                    if item is _CANCELLED:
+                        break
                     yield item
-                reply = task.result()
+                else:
+                    reply = task.result()
             except TimeoutError:
                 raise TimeoutError(
-                    f"Execution exceeded the {timeout:g} s timeout and was interrupted; "
-                    "the kernel kept its state."
+                    f"Execution exceeded its timeout of {timeout:.2f}s (time spent waiting for approvals "
+                    "not counted) and was interrupted; the kernel kept its state."
                 ) from None
             except KernelDied as e:
                 raise CodeExecutionError(
@@ -270,12 +348,20 @@ class CodeExecutor:
                     output.text(),
                 ) from None
             finally:
+                self._cancel = None
+                cancelled.cancel()
                 approval.disconnect(on_approval)
                 approval.auto_approve = False
+                approval.auto_approve_kinds = frozenset()
+                approval.on_wait = None
+                for request in pending:
+                    await request.reject()  # no effect on those already decided
                 if not task.done():
-                    task.cancel()
+                    task.cancel()  # interrupts the cell; the kernel keeps its state
                     with contextlib.suppress(BaseException):
                         await task
+            if cancel.is_set():
+                return
             if reply.error is not None:
                 raise CodeExecutionError(reply.error, output.text())
             yield CodeExecutionResult(output.text() or None, self._save_images(output.images))
@@ -309,10 +395,10 @@ def _runtime_dir() -> Path:
     It records the owning process, so that directories left by a killed ipybox are removed
     by the next one.
     """
-    path = Path(tempfile.mkdtemp(prefix="ipybox-"))
+    path = Path(tempfile.mkdtemp(prefix="ipybox-", dir=runtime_root()))  # hidden from every sandbox
     if len(str(path)) > _MAX_RUNTIME_DIR:
         path.rmdir()  # TMPDIR is too deep for socket paths: fall back to /tmp
-        path = Path(tempfile.mkdtemp(prefix="ipybox-", dir="/tmp"))
+        path = Path(tempfile.mkdtemp(prefix="ipybox-", dir=runtime_root(Path("/tmp"))))
     _remove_orphaned_runtime_dirs(path.parent)
     (path / "owner.pid").write_text(str(os.getpid()))
     return path

@@ -54,7 +54,7 @@ def test_quickstart_reports_a_rejected_call_to_the_agent(tmp_path: Path) -> None
         stdin="y\ny\ny\nn\n",
     )
     assert "The agent's code failed" in out
-    assert "ToolRunnerError: Tool call everything.echo was rejected by the application." in out
+    assert "ApprovalRejectedError: Tool call everything.echo was rejected by the application." in out
 
 
 def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
@@ -70,7 +70,7 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
 def test_tool_server_example_accepts_and_rejects(tmp_path: Path) -> None:
     out = run([sys.executable, "examples/tool_server.py"], tmp_path)
     assert "get-sum: The sum of 2 and 3 is 5." in out
-    assert "echo: ToolRunnerError: Tool call everything.echo was rejected by the application." in out
+    assert "echo: ApprovalRejectedError: Tool call everything.echo was rejected by the application." in out
 
 
 def test_sandbox_example_blocks_and_allows(tmp_path: Path) -> None:

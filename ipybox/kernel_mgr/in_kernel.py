@@ -1,23 +1,36 @@
 """What ipybox sets up inside each kernel at start (stdlib only: it runs before every first cell).
 
 - `exit()` and `quit()` explain themselves instead of shutting the kernel down behind the
-  caller's back.
+  caller's back; programs see `TERM=dumb` (with `NO_COLOR=1` from ipybox) and print no colours.
 - Output written straight to file descriptors 1 and 2 (by C code, `os.write`, child processes)
   reaches ipykernel through a pipe that a thread forwards; a cell ends only once that pipe is
   drained, so such output is never reported after the cell's result, or lost.
+- With `IPYBOX_WORKING_DIR` set, a cell that changed the working directory gets it changed back.
+- With `IPYBOX_APPROVE_SHELL` set, every `!cmd`, `x = !cmd` and `%%bash`/`%%sh` cell asks the
+  application (through the tool server) before it runs; with `IPYBOX_REQUIRE_SHELL_ESCAPE` also
+  set, Python's own ways of starting a program raise instead, so commands take the approved path.
+  This guard is Python-level: code that means to get around it can (ctypes, C extensions).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
+import os
 import struct
 import sys
 import termios
+import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: How long a finished cell waits for its fd output to be forwarded.
 _DRAIN_SECONDS = 2.0
+WORKING_DIR_VAR = "IPYBOX_WORKING_DIR"
+APPROVE_SHELL_VAR = "IPYBOX_APPROVE_SHELL"
+REQUIRE_SHELL_ESCAPE_VAR = "IPYBOX_REQUIRE_SHELL_ESCAPE"
 
 
 def _no_exit(*args: object, **kwargs: object) -> None:
@@ -44,7 +57,138 @@ def drain_fd_output(*_: object) -> None:
         stream.flush()
 
 
+def _restore_working_dir(directory: str) -> Callable[..., None]:
+    def restore(*_: object) -> None:
+        try:
+            changed = os.getcwd() != directory
+        except FileNotFoundError:  # the directory it moved to was deleted
+            changed = True
+        if changed:
+            os.chdir(directory)
+            sys.stdout.write(f"[ipybox] working directory changed back to {directory}\n")
+
+    return restore
+
+
+# --- shell commands ------------------------------------------------------------------------------
+
+#: Approved commands running now; while there is one, the guard lets processes start (process-wide:
+#: `%%bash` starts its process from a thread of its own).
+_approved = 0
+_approved_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _approved_run() -> Iterator[None]:
+    global _approved
+    with _approved_lock:
+        _approved += 1
+    try:
+        yield
+    finally:
+        with _approved_lock:
+            _approved -= 1
+
+
+def _ask(kind: str, cmd: str) -> None:
+    """Ask the application to approve a shell command; raises if it does not."""
+    from ipybox.tool_exec.client import approve_shell_command
+
+    approve_shell_command(kind, cmd)
+
+
+@contextlib.contextmanager
+def _expanded_already(shell: Any) -> Iterator[None]:
+    """Switch IPython's `{var}`/`$var` expansion off: the command was expanded for approval."""
+    shell.var_expand = lambda cmd, *args, **kwargs: cmd
+    try:
+        yield
+    finally:
+        del shell.var_expand  # the class's method again
+
+
+def _approve_line_commands(shell: Any) -> None:
+    """Route `!cmd` (`system`) and `x = !cmd` (`getoutput`) through approval.
+
+    The command is expanded here, in the caller's namespace, so the application approves what
+    will run; the original methods run it without expanding it a second time.
+    """
+    system, getoutput = shell.system, shell.getoutput
+
+    def approved_system(cmd: str) -> Any:
+        expanded = shell.var_expand(cmd, depth=1)
+        _ask("shell", expanded)
+        with _approved_run(), _expanded_already(shell):
+            return system(expanded)
+
+    def approved_getoutput(cmd: str, split: bool = True, depth: int = 0) -> Any:
+        expanded = shell.var_expand(cmd, depth=depth + 1)
+        _ask("shell", expanded)
+        with _approved_run(), _expanded_already(shell):
+            return getoutput(expanded, split=split)
+
+    shell.system = approved_system
+    shell.getoutput = approved_getoutput
+
+
+def _approve_cell_magics(shell: Any) -> None:
+    manager = shell.magics_manager
+    cell_magics = manager.magics["cell"]
+    for name in ("bash", "sh"):
+        # IPython may hold a lazy stand-in that looks itself up again when called: load it first.
+        find = getattr(manager, "find", None)
+        original = find("cell", name) if find is not None else cell_magics.get(name)
+        if original is None:
+            continue
+
+        def approved(line: str, cell: str | None = None, _run: Callable[..., Any] = original) -> Any:
+            _ask("shell_magic", cell or "")
+            with _approved_run():
+                return _run(line, cell)
+
+        cell_magics[name] = approved
+
+
+def _guard(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if not _approved:
+            raise RuntimeError(
+                f"{name}() is disabled in this kernel: start programs with a shell command "
+                "(`!cmd`, `x = !cmd` or a %%bash cell), which the application approves."
+            )
+        return func(*args, **kwargs)
+
+    return guarded
+
+
+def _require_shell_escape() -> None:
+    """Make Python's own ways of starting a program raise outside an approved command."""
+    import pty
+    import subprocess
+
+    names = [n for n in dir(os) if n.startswith(("exec", "spawn", "posix_spawn"))]
+    for name in ["system", *names]:
+        setattr(os, name, _guard(f"os.{name}", getattr(os, name)))
+    pty.spawn = _guard("pty.spawn", pty.spawn)
+    # Popen is what run(), call(), check_output() and asyncio's subprocesses all go through.
+    popen_init = subprocess.Popen.__init__
+    subprocess.Popen.__init__ = _guard("subprocess.Popen", popen_init)  # type: ignore[method-assign]
+
+
 def install(shell: Any) -> None:
     """Set all of the above up in the kernel's interactive shell."""
     shell.user_ns["exit"] = shell.user_ns["quit"] = _no_exit
+    # ipykernel asks programs for colours (TERM=xterm-color, FORCE_COLOR, CLICOLOR_FORCE); the
+    # output goes to an agent, not a terminal.
+    os.environ["TERM"] = "dumb"
+    for name in ("FORCE_COLOR", "CLICOLOR_FORCE", "CLICOLOR"):
+        os.environ.pop(name, None)
     shell.events.register("post_run_cell", drain_fd_output)
+    if directory := os.environ.pop(WORKING_DIR_VAR, ""):
+        shell.events.register("post_run_cell", _restore_working_dir(directory))
+    if os.environ.pop(APPROVE_SHELL_VAR, "") == "1":
+        _approve_line_commands(shell)
+        _approve_cell_magics(shell)
+        if os.environ.pop(REQUIRE_SHELL_ESCAPE_VAR, "") == "1":
+            _require_shell_escape()

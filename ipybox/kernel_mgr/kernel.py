@@ -18,6 +18,7 @@ from typing import Any
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
+from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits, fallback
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
 
@@ -230,14 +231,21 @@ class Kernel:
             json.dump(info, f)
         return path
 
-    async def _race(self, aw: Any, timeout: float | None) -> Any:
-        """Await `aw`, but raise `KernelDied` as soon as the kernel process exits."""
+    async def _race(self, aw: Any, limit: float | Deadline | None, grace: float = 0) -> Any:
+        """Await `aw`, but raise `KernelDied` as soon as the kernel process exits, and
+        `TimeoutError` once `limit` (seconds, or a `Deadline` plus `grace` seconds) has passed."""
         assert self._exited is not None
+        deadline = limit if isinstance(limit, Deadline) else Deadline(limit)
         task = asyncio.ensure_future(aw)
         try:
-            done, _ = await asyncio.wait(
-                {task, self._exited}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
+            while True:
+                done, _ = await asyncio.wait(
+                    {task, self._exited},
+                    timeout=deadline.wait_time(grace),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if done or deadline.expired(grace):
+                    break
         except BaseException:
             # Cancelled: a reader left running would consume the next request's messages.
             task.cancel()
@@ -265,13 +273,13 @@ class Kernel:
         self,
         code: str,
         on_event: Callable[[KernelEvent], None],
-        deadline: float,
+        deadline: Deadline,
         interrupt_grace: float = 5,
     ) -> KernelReply:
         """Run `code`, passing each output event to `on_event` as it arrives.
 
         Completes only when both the execute reply and the kernel's idle status for this
-        request have arrived. On reaching `deadline` (loop time) the cell is interrupted and
+        request have arrived. On reaching `deadline` the cell is interrupted and
         `TimeoutError` raised; if the interrupt does not take within `interrupt_grace`
         seconds, the kernel is killed and `KernelDied` raised instead.
         """
@@ -284,12 +292,14 @@ class Kernel:
             code, silent=False, store_history=False, allow_stdin=False, stop_on_error=False
         )
         collector = OutputCollector(on_event)
-        loop = asyncio.get_running_loop()
         try:
-            await self._race(self._drain_iopub(client, msg_id, collector), max(deadline - loop.time(), 0))
-            reply = await self._race(self._shell_reply(client, msg_id), max(deadline - loop.time(), 0) + 5)
+            await self._race(self._drain_iopub(client, msg_id, collector), deadline)
+            reply = await self._race(self._shell_reply(client, msg_id), deadline, grace=5)
         except TimeoutError:
             await self._interrupt(client, msg_id, interrupt_grace)
+            raise
+        except KernelDied:
+            await self._collect_last_output(client, msg_id, collector)
             raise
         except asyncio.CancelledError:
             # The caller gave up on this cell: stop it so the kernel is free for the next one.
@@ -327,6 +337,18 @@ class Kernel:
             if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
                 return
             collector.add(msg)
+
+    @staticmethod
+    async def _collect_last_output(
+        client: AsyncKernelClient, msg_id: str, collector: OutputCollector
+    ) -> None:
+        """Take the output a dying kernel sent just before it died (e.g. what a cell printed before
+        a memory bomb), which may still wait in the socket."""
+        with contextlib.suppress(Exception):
+            while True:
+                msg = await client.get_iopub_msg(timeout=0.2)
+                if msg["parent_header"].get("msg_id") == msg_id:
+                    collector.add(msg)
 
     async def _shell_reply(self, client: AsyncKernelClient, msg_id: str) -> dict[str, Any]:
         while True:

@@ -13,8 +13,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 
 
 def strip_ansi(text: str) -> str:
-    """Remove terminal colour and cursor escapes."""
-    return _ANSI.sub("", text)
+    """Remove terminal colour and cursor escapes, and the CR of CRLF line ends (pseudo-terminals)."""
+    return _ANSI.sub("", text).replace("\r\n", "\n")
 
 
 @dataclass

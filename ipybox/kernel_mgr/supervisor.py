@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.kernel import Kernel, KernelDied, KernelReply
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent
@@ -30,11 +31,13 @@ class KernelSupervisor:
         command_prefix: Sequence[str] = (),
         limits: ResourceLimits | None = None,
         spare: bool = True,
+        start_timeout: float = 30,
     ) -> None:
         self._new: Callable[[], Kernel] = lambda: Kernel(
             runtime_dir, cwd, env, command_prefix, limits or ResourceLimits()
         )
         self._spare_enabled = spare
+        self._start_timeout = start_timeout
         self._kernel: Kernel | None = None
         self._spare: asyncio.Task[Kernel] | None = None
         self._retired: set[asyncio.Task[None]] = set()
@@ -51,7 +54,7 @@ class KernelSupervisor:
 
     async def _start_kernel(self) -> Kernel:
         kernel = self._new()
-        await kernel.start()
+        await kernel.start(self._start_timeout)
         return kernel
 
     def _prepare_spare(self) -> None:
@@ -65,7 +68,7 @@ class KernelSupervisor:
                 await asyncio.shield(self._spare)
 
     async def execute(
-        self, code: str, on_event: Callable[[KernelEvent], None], deadline: float
+        self, code: str, on_event: Callable[[KernelEvent], None], deadline: Deadline
     ) -> KernelReply:
         """Run code on the current kernel; after a crash, swap in a fresh kernel and re-raise."""
         kernel = self.kernel

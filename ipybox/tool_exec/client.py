@@ -139,6 +139,12 @@ class ToolRunner:
             "tool_name": tool_name,
             "tool_args": tool_args,
         }
+        result: dict[str, Any] = self._request(request)["result"]
+        return result
+
+    def _request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send one request to the tool server and return its reply; raises if it failed."""
+        __tracebackhide__ = True
         _flush_pending_output()  # so output printed before the call is shown before its approval
         try:
             line = self._exchange(json.dumps(request).encode() + b"\n")
@@ -148,11 +154,25 @@ class ToolRunner:
         except BaseException:
             self._drop_socket()  # interrupted mid-call: a late reply would belong to a dead request
             raise
-        reply = json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
         if not reply.get("ok"):
-            raise ToolRunnerError(reply.get("error", "tool call failed"))
-        result: dict[str, Any] = reply["result"]
-        return result
+            error = reply.get("error", "tool call failed")
+            raise ApprovalRejectedError(error) if reply.get("rejected") else ToolRunnerError(error)
+        return reply
+
+
+class ApprovalRejectedError(ToolRunnerError):
+    """The application rejected a tool call or shell command."""
+
+
+def approve_shell_command(kind: str, cmd: str) -> None:
+    """Ask the application to approve a shell command (`kind`: "shell" or "shell_magic").
+
+    Returns once it is approved; raises `ApprovalRejectedError` if it is rejected and
+    `ToolRunnerError` if no decision comes.
+    """
+    __tracebackhide__ = True
+    ToolRunner("ipybox", {})._request({"op": "shell", "tool_name": kind, "cmd": cmd})
 
 
 # One connection per thread and endpoint, reused across calls to save a connect per call.

@@ -18,15 +18,23 @@ logger = logging.getLogger(__name__)
 
 
 class ToolCallError(Exception):
-    """A tool call could not be completed; the message is meant for the caller's code."""
+    """A tool call could not be completed; the message is meant for the caller's code.
+
+    `rejected` says the application rejected it (the kernel raises `ApprovalRejectedError`).
+    """
+
+    def __init__(self, message: str, *, rejected: bool = False) -> None:
+        super().__init__(message)
+        self.rejected = rejected
 
 
 class _Connection:
     """One MCP session, owned by a task so its transport is opened and closed in one place."""
 
-    def __init__(self, name: str, params: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, params: Mapping[str, Any], env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.params = dict(params)
+        self._env = env
         self._session: ClientSession | None = None
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -35,7 +43,7 @@ class _Connection:
 
     async def _run(self) -> None:
         try:
-            async with open_session(self.params) as session:
+            async with open_session(self.params, self._env) as session:
                 await _learn_output_schemas(session)
                 self._session = session
                 self._ready.set()
@@ -132,14 +140,14 @@ class ConnectionPool:
         self._connections: dict[str, _Connection] = {}
         self._lock = asyncio.Lock()
 
-    async def _get(self, name: str, params: Mapping[str, Any]) -> _Connection:
+    async def _get(self, name: str, params: Mapping[str, Any], env: Mapping[str, str] | None) -> _Connection:
         async with self._lock:
             conn = self._connections.get(name)
             if conn is not None and (not conn.alive or conn.params != dict(params)):
                 await conn.close()
                 conn = None
             if conn is None:
-                conn = self._connections[name] = _Connection(name, params)
+                conn = self._connections[name] = _Connection(name, params, env)
         try:
             await conn.session(self._connect_timeout)
         except ToolCallError:
@@ -149,9 +157,15 @@ class ConnectionPool:
         return conn
 
     async def call(
-        self, name: str, params: Mapping[str, Any], tool: str, args: dict[str, Any]
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        tool: str,
+        args: dict[str, Any],
+        env: Mapping[str, str] | None = None,
     ) -> CallToolResult:
-        conn = await self._get(name, params)
+        """Call a tool, starting the server if needed; its `${VAR}` placeholders take values from `env`."""
+        conn = await self._get(name, params, env)
         return await conn.call(tool, args, self._call_timeout)
 
     async def close(self) -> None:

@@ -11,11 +11,11 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_connect import environment, placeholder_values, redact
+from ipybox.mcp_connect import PlaceholderError, Placeholders, placeholder_values, redact, resolve
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _MAX_LINE = 64 * 1024 * 1024
+#: The server name of shell-command approvals, and their tool names.
+SHELL_SERVER = "ipybox"
+SHELL_KINDS = ("shell", "shell_magic")
 
 
 class ToolServer:
@@ -35,8 +38,13 @@ class ToolServer:
 
     It listens on a unix socket (`path`) and/or TCP (`host`, `port`) for one-line JSON
     requests. MCP servers start on their first call and stay connected until `reset()`
-    or `stop()`. Only servers registered by the application (`generate_mcp_sources` or
-    the `servers` argument) are ever started, whatever parameters a request carries.
+    or `stop()`. Only servers registered by the application for `workspace` (default: the
+    current directory; `generate_mcp_sources` or the `servers` argument) are ever started,
+    whatever parameters a request carries.
+
+    `${VAR}` placeholders take values from `workspace/.env` and the environment (all of it by
+    default, only the names in `allow_env` if given), or exactly from `placeholder_env`; they
+    are filled only where `ipybox.mcp_connect.resolve` allows.
     """
 
     def __init__(
@@ -44,7 +52,7 @@ class ToolServer:
         host: str = "localhost",
         port: int | None = 8900,
         approval_required: bool = False,
-        approval_timeout: float = 60,
+        approval_timeout: float | None = 60,
         connect_timeout: float = 30,
         log_to_stderr: bool = False,
         log_level: str = "INFO",
@@ -53,8 +61,13 @@ class ToolServer:
         servers: Mapping[str, Mapping[str, Any]] | None = None,
         call_timeout: float | None = None,
         audit_log: Path | None = None,
+        workspace: Path | None = None,
+        allow_env: Iterable[str] | None = None,
+        placeholder_env: Mapping[str, str] | None = None,
     ) -> None:
         self.host, self.port = host, port
+        self.workspace = (workspace or Path.cwd()).resolve()
+        self.placeholders = Placeholders.of(self.workspace, allow_env, placeholder_env)
         self.path = Path(path) if path else None
         self.approval = ApprovalChannel(approval_required, approval_timeout)
         self.approval_token = secrets.token_urlsafe(32)
@@ -117,10 +130,10 @@ class ToolServer:
         await self._pool.close()
 
     def allows(self, server_name: str, server_params: Mapping[str, Any]) -> bool:
-        """Whether the application registered this server with exactly these parameters."""
+        """Whether the application registered this server with exactly these parameters here."""
         if server_name in self._servers:
             return self._servers[server_name] == dict(server_params)
-        return registry.is_registered(server_name, server_params)
+        return registry.is_registered(server_name, server_params, self.workspace)
 
     async def run(
         self, server_name: str, server_params: Mapping[str, Any], tool_name: str, tool_args: dict[str, Any]
@@ -138,16 +151,24 @@ class ToolServer:
         call = f"{server_name}.{tool_name}"
         decision = "refused"
         secrets: set[str] = set()
+        refusal: dict[str, Any] = {}  # the variables and rule of a refused placeholder
         try:
             if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
                 raise ToolCallError(
-                    f"MCP server {server_name!r} is not registered with these parameters, so it will not be "
-                    "started. The application registers servers with generate_mcp_sources()."
+                    f"MCP server {server_name!r} is not registered with these parameters in workspace "
+                    f"{self.workspace}, so it will not be started. The application registers servers "
+                    "with generate_mcp_sources()."
                 )
-            secrets = placeholder_values(server_params, environment())
+            env = self.placeholders.values()
+            secrets = placeholder_values(server_params, env)
             if self.audit is not None:
                 self.audit.add_secrets(secrets)
-            decision = "auto" if self.approval.automatic else "timed_out"
+            try:  # before anyone is asked: a server that may not start needs no approval
+                resolve(server_params, env, self.placeholders.describe())
+            except PlaceholderError as e:
+                refusal = {"variables": e.variables, "rule": e.rule}
+                raise ToolCallError(f"MCP server {server_name!r} will not be started: {e}") from None
+            decision = "auto" if self.approval.is_automatic() else "timed_out"
             try:
                 accepted = await self.approval.request(server_name, tool_name, tool_args)
             except RuntimeError as e:
@@ -155,26 +176,59 @@ class ToolServer:
                 raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
             except TimeoutError as e:
                 raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
-            decision = "auto" if self.approval.automatic else ("accepted" if accepted else "rejected")
+            decision = "auto" if self.approval.is_automatic() else ("accepted" if accepted else "rejected")
             if not accepted:
-                raise ToolCallError(f"Tool call {call} was rejected by the application.")
-            encoded = await self._call(server_name, server_params, tool_name, tool_args)
+                raise ToolCallError(f"Tool call {call} was rejected by the application.", rejected=True)
+            encoded = await self._call(server_name, server_params, tool_name, tool_args, env)
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
             message = redact(str(e), secrets)
-            self._audit(**record, decision=decision, outcome="error", error=message)
-            raise ToolCallError(message) from None
+            self._audit(**record, decision=decision, outcome="error", error=message, **refusal)
+            raise ToolCallError(message, rejected=e.rejected) from None
         except BaseException:
             self._audit(**record, decision=decision, outcome="cancelled")
             raise
         self._audit(**record, decision=decision, outcome="ok")
         return encoded
 
+    async def approve_shell(self, kind: str, cmd: str) -> None:
+        """Ask the application to approve a shell command a kernel is about to run.
+
+        `kind` is "shell" (`!cmd`) or "shell_magic" (a `%%bash`/`%%sh` cell). Raises
+        `ToolCallError` unless it is approved; audited like a tool call of server "ipybox".
+        """
+        record = {
+            "server_name": SHELL_SERVER,
+            "tool_name": kind,
+            "tool_args": {"cmd": cmd},
+            "started": time.time(),
+        }
+        automatic = self.approval.is_automatic("shell")
+        try:
+            accepted = await self.approval.request(SHELL_SERVER, kind, {"cmd": cmd}, kind="shell")
+        except (RuntimeError, TimeoutError) as e:
+            self._audit(
+                **record, decision="refused" if isinstance(e, RuntimeError) else "timed_out", outcome="error"
+            )
+            raise ToolCallError(f"Shell command was not approved: {e}.") from None
+        except BaseException:
+            self._audit(**record, decision="pending", outcome="cancelled")
+            raise
+        decision = "auto" if automatic else ("accepted" if accepted else "rejected")
+        self._audit(**record, decision=decision, outcome="ok" if accepted else "error")
+        if not accepted:
+            raise ToolCallError(f"Shell command {cmd!r} was rejected by the application.", rejected=True)
+
     async def _call(
-        self, server_name: str, server_params: Mapping[str, Any], tool_name: str, tool_args: dict[str, Any]
+        self,
+        server_name: str,
+        server_params: Mapping[str, Any],
+        tool_name: str,
+        tool_args: dict[str, Any],
+        env: Mapping[str, str],
     ) -> dict[str, Any]:
         try:
-            result = await self._pool.call(server_name, server_params, tool_name, tool_args)
+            result = await self._pool.call(server_name, server_params, tool_name, tool_args, env)
         except ToolCallError:
             raise
         except Exception as e:
@@ -209,27 +263,29 @@ class ToolServer:
                 if op == "approve":
                     await self._serve_approval_client(request, reader, writer)
                     return
-                if op != "run":
-                    await _send(writer, {"ok": False, "error": f"unknown op {op!r}"})
-                    continue
-                tool_args = request.get("tool_args") or {}
-                if not isinstance(tool_args, dict):
-                    await _send(writer, {"ok": False, "error": "tool_args must be an object"})
-                    continue
-                call = asyncio.ensure_future(
-                    self.run(
-                        str(request.get("server_name")),
-                        request.get("server_params") or {},
-                        str(request.get("tool_name")),
-                        tool_args,
+                call: asyncio.Future[Any]
+                if op == "shell" and request.get("tool_name") in SHELL_KINDS:
+                    call = asyncio.ensure_future(
+                        self.approve_shell(str(request["tool_name"]), str(request.get("cmd", "")))
                     )
-                )
+                elif op == "run" and isinstance(request.get("tool_args") or {}, dict):
+                    call = asyncio.ensure_future(
+                        self.run(
+                            str(request.get("server_name")),
+                            request.get("server_params") or {},
+                            str(request.get("tool_name")),
+                            request.get("tool_args") or {},
+                        )
+                    )
+                else:
+                    await _send(writer, {"ok": False, "error": f"malformed request (op {op!r})"})
+                    continue
                 if not await _finished_before_hangup(call, reader):
                     return  # the caller is gone (cell interrupted, kernel dead): abandon its call
                 try:
                     await _send(writer, {"ok": True, "result": call.result()})
                 except ToolCallError as e:
-                    await _send(writer, {"ok": False, "error": str(e)})
+                    await _send(writer, {"ok": False, "error": str(e), "rejected": e.rejected})
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         except asyncio.CancelledError:

@@ -15,13 +15,14 @@ import psutil
 import pytest
 from servers.launch import eventually, pid_alive
 
+from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.kernel import Kernel, KernelDied, describe_exit, kernel_environment
 from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer, OutputCollector, strip_ansi
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
 
 
-def _deadline(seconds: float = 30) -> float:
-    return asyncio.get_running_loop().time() + seconds
+def _deadline(seconds: float = 30) -> Deadline:
+    return Deadline(seconds)
 
 
 async def _run(kernel: Kernel, code: str, seconds: float = 30) -> tuple[str, list[KernelEvent]]:

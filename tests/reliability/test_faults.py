@@ -252,7 +252,10 @@ async def test_memory_bomb_is_killed_at_the_limit_and_the_next_call_works(tmp_pa
         pid = kernel_pid(executor)
         limit = r"killed: the kernel's memory limit of 1\.0 GiB was reached"
         with pytest.raises(CodeExecutionError, match=limit) as raised:
-            await executor.execute("print('allocating', flush=True)\nhog = bytearray(2 * 1024**3)")
+            # the pause lets the kernel's I/O thread send the line before the kill (busy CI machines)
+            await executor.execute(
+                "print('allocating', flush=True)\nimport time; time.sleep(0.5)\nhog = bytearray(2 << 30)"
+            )
         assert raised.value.output == "allocating"
         assert kernel_pid(executor) != pid  # the warm spare took over
         with pytest.raises(CodeExecutionError, match=limit):  # growing in 64 MiB steps

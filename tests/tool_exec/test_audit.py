@@ -92,19 +92,20 @@ async def test_secrets_from_placeholders_never_reach_the_log(
 
 
 async def test_late_approval_of_an_abandoned_call_runs_nothing(workspace: Workspace, tmp_path: Path) -> None:
-    """A cell interrupted while its tool call awaits approval takes the call with it."""
+    """A cell cancelled while its tool call awaits approval takes the call with it."""
     workspace.register()
     log = tmp_path / "audit.jsonl"
     code = "from mcptools.nasty import echo\nprint(echo.run(echo.Params(message='late')))"
     pending: list[ApprovalRequest] = []
     async with CodeExecutor(working_dir=workspace.root, audit_log=log) as executor:
-        with pytest.raises(TimeoutError):
-            async for item in executor.stream(code, timeout=1):
-                if isinstance(item, ApprovalRequest):
-                    pending.append(item)  # and never answered in time
+        async for item in executor.stream(code, timeout=1):
+            if isinstance(item, ApprovalRequest):
+                pending.append(item)  # and never answered: approval waits do not time the cell out
+                await executor.cancel()
         await asyncio.sleep(0.5)
-        await pending[0].accept()  # too late: the kernel gave up on this call
+        await pending[0].accept()  # too late: the call was given up
         after = await executor.execute("print('next')")
     assert after.text == "next"
     [entry] = records(log)
-    assert (entry["tool"], entry["outcome"]) == ("echo", "cancelled")
+    assert entry["tool"] == "echo" and entry["outcome"] in ("cancelled", "error"), entry
+    assert entry["decision"] != "accepted"

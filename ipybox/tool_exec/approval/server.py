@@ -16,19 +16,30 @@ class ApprovalChannel:
 
     With `approval_required=False` every request is granted at once. Otherwise the
     request goes to the handler set with `connect()`, and the call waits up to
-    `approval_timeout` seconds for `accept()` or `reject()`.
+    `approval_timeout` seconds (None: for ever) for `accept()` or `reject()`.
+
+    Requests are of a `kind`: "tool" (MCP tool calls) or "shell" (shell commands in a kernel).
+    `auto_approve` grants every kind for a stretch of calls the application approves wholesale;
+    `auto_approve_kinds` grants only those kinds.
     """
 
-    def __init__(self, approval_required: bool = False, approval_timeout: float = 60) -> None:
+    def __init__(self, approval_required: bool = False, approval_timeout: float | None = 60) -> None:
         self.approval_required = approval_required
         self.approval_timeout = approval_timeout
         self._handler: ApprovalHandler | None = None
-        self.auto_approve = False  # set by the application for a stretch of calls it approves wholesale
+        self.auto_approve = False
+        self.auto_approve_kinds: frozenset[str] = frozenset()
+        #: Called with True when a request starts waiting for a decision and False when it has one.
+        self.on_wait: Callable[[bool], None] | None = None
+
+    def is_automatic(self, kind: str = "tool") -> bool:
+        """Whether requests of `kind` are granted without asking anyone."""
+        return not self.approval_required or self.auto_approve or kind in self.auto_approve_kinds
 
     @property
     def automatic(self) -> bool:
-        """Whether requests are granted without asking anyone."""
-        return not self.approval_required or self.auto_approve
+        """Whether tool calls are granted without asking anyone."""
+        return self.is_automatic("tool")
 
     @property
     def open(self) -> bool:
@@ -44,13 +55,15 @@ class ApprovalChannel:
         if handler is None or self._handler is handler:
             self._handler = None
 
-    async def request(self, server_name: str, tool_name: str, tool_args: dict[str, Any]) -> bool:
+    async def request(
+        self, server_name: str, tool_name: str, tool_args: dict[str, Any], *, kind: str = "tool"
+    ) -> bool:
         """Ask for approval; True if accepted, False if rejected.
 
         Raises `RuntimeError` when no application is connected and `TimeoutError` when
         no decision arrives in time.
         """
-        if self.automatic:
+        if self.is_automatic(kind):
             return True
         handler = self._handler
         if handler is None:
@@ -61,10 +74,17 @@ class ApprovalChannel:
             if not decision.done():
                 decision.set_result(accepted)
 
-        await handler(ApprovalRequest(server_name, tool_name, tool_args, respond))
+        self._waiting(True)
         try:
+            await handler(ApprovalRequest(server_name, tool_name, tool_args, respond))
             return await asyncio.wait_for(decision, self.approval_timeout)
         except TimeoutError:
             raise TimeoutError(
                 f"no approval decision within {self.approval_timeout:g} s (approval_timeout)"
             ) from None
+        finally:
+            self._waiting(False)
+
+    def _waiting(self, waiting: bool) -> None:
+        if self.on_wait is not None:
+            self.on_wait(waiting)

@@ -1,0 +1,55 @@
+"""`Deadline`: a time limit that does not run while paused (e.g. while a tool call awaits approval)."""
+
+from __future__ import annotations
+
+import time
+
+#: While paused, waiters look again this often (the pause may end at any time).
+_POLL_WHILE_PAUSED = 0.25
+
+
+class Deadline:
+    """`seconds` from now, not counting the time spent paused; `None` never expires.
+
+    Pauses nest: the clock stops at the first `pause()` and runs again at the last `resume()`.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self._start = time.monotonic()
+        self._paused_total = 0.0
+        self._paused_at = 0.0
+        self._pauses = 0
+
+    def pause(self) -> None:
+        if self._pauses == 0:
+            self._paused_at = time.monotonic()
+        self._pauses += 1
+
+    def resume(self) -> None:
+        if self._pauses == 0:
+            return
+        self._pauses -= 1
+        if self._pauses == 0:
+            self._paused_total += time.monotonic() - self._paused_at
+
+    def remaining(self) -> float | None:
+        """Seconds left (negative once expired), or None without a limit."""
+        if self.seconds is None:
+            return None
+        now = time.monotonic()
+        paused = self._paused_total + (now - self._paused_at if self._pauses else 0.0)
+        return self.seconds - (now - self._start - paused)
+
+    def wait_time(self, grace: float = 0) -> float | None:
+        """How long to wait before looking again whether the deadline (plus `grace`) has passed."""
+        remaining = self.remaining()
+        if remaining is None:
+            return None
+        if self._pauses:
+            return max(remaining + grace, _POLL_WHILE_PAUSED)
+        return max(remaining + grace, 0.0)
+
+    def expired(self, grace: float = 0) -> bool:
+        remaining = self.remaining()
+        return remaining is not None and not self._pauses and remaining + grace <= 0
