@@ -58,8 +58,8 @@ async def main(workspace: Path) -> None:
     server = StdioServerParameters(
         command=command[0],
         args=[*command[1:], "--workspace", str(workspace)],
-        # ipybox uses its environment (and WORKSPACE/.env) to fill ${VAR} in server params;
-        # the kernel gets only the KERNEL_ENV_<NAME> variables.
+        # ipybox fills ${VAR} in server params from WORKSPACE/.env and the variables named with
+        # --allow-env; the kernel gets only the KERNEL_ENV_<NAME> variables.
         env=dict(os.environ),
     )
     async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
