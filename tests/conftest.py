@@ -5,6 +5,8 @@ import pytest
 
 from ipybox import CodeExecutor
 
+pytest_plugins = ["servers.attacker"]  # the `attacker` fixture: an HTTP server that records requests
+
 
 @pytest.fixture(autouse=True)
 def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import sys
 import uuid
@@ -39,11 +40,13 @@ class GeneratedApi:
         registry.register(self.name, self.params)
 
 
-@pytest.fixture(scope="module")
-def nasty_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GeneratedApi]:
+@contextlib.contextmanager
+def generated_api(
+    tmp_path_factory: pytest.TempPathFactory, prefix: str, params: dict[str, Any]
+) -> Iterator[GeneratedApi]:
+    """Generate the API of the server `params` under a unique name, importable in the block."""
     root = tmp_path_factory.mktemp("apis")
-    name = f"nasty_{uuid.uuid4().hex[:8]}"
-    params = nasty_params()
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("IPYBOX_STATE_DIR", str(tmp_path_factory.mktemp("generation-state")))
         modules = asyncio.run(generate_mcp_sources(name, params, root))
@@ -54,6 +57,12 @@ def nasty_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GeneratedApi
         sys.path.remove(str(root))
         for key in [k for k in sys.modules if k == name or k.startswith(f"{name}.")]:
             del sys.modules[key]
+
+
+@pytest.fixture(scope="module")
+def nasty_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GeneratedApi]:
+    with generated_api(tmp_path_factory, "nasty", nasty_params()) as api:
+        yield api
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ kernel through `CodeExecutor`.
 from __future__ import annotations
 
 import ast
-import asyncio
 import json
 import re
 import subprocess
@@ -29,13 +28,12 @@ from ipybox import (
     CodeExecutionError,
     CodeExecutionResult,
     CodeExecutor,
-    generate_mcp_sources,
 )
 from ipybox.mcp_apigen.generate import ToolSpec, tool_module_source
 from ipybox.mcp_apigen.runtime import ToolArgumentError, ToolResultError, parse_result
 from ipybox.mcp_apigen.schema import pattern_engine
 
-from .conftest import GeneratedApi
+from .conftest import GeneratedApi, generated_api
 from .constraint_cases import CASES, UNCHECKED, Case, constraints_tool
 
 UUID = "123e4567-e89b-12d3-a456-426614174000"
@@ -46,19 +44,8 @@ VALIDATORS = {2020: jsonschema.Draft202012Validator, 4: jsonschema.Draft4Validat
 def constraints_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GeneratedApi]:
     fixture = tmp_path_factory.mktemp("fixtures") / "constraints.json"
     fixture.write_text(json.dumps({"tools": [constraints_tool()]}))
-    root = tmp_path_factory.mktemp("apis")
-    name = f"cons_{uuid.uuid4().hex[:8]}"
-    params = replay_params(fixture)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("IPYBOX_STATE_DIR", str(tmp_path_factory.mktemp("generation-state")))
-        modules = asyncio.run(generate_mcp_sources(name, params, root))
-    sys.path.insert(0, str(root))
-    try:
-        yield GeneratedApi(root, name, params, modules)
-    finally:
-        sys.path.remove(str(root))
-        for key in [k for k in sys.modules if k == name or k.startswith(f"{name}.")]:
-            del sys.modules[key]
+    with generated_api(tmp_path_factory, "cons", replay_params(fixture)) as api:
+        yield api
 
 
 @pytest.fixture(scope="module")

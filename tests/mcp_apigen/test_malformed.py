@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +17,7 @@ from ipybox import CodeExecutor, GeneratedModules, generate_mcp_sources
 from ipybox.mcp_repair import UnusableToolError, repair_tool
 from ipybox.tool_exec import registry
 
-from .conftest import GeneratedApi
+from .conftest import GeneratedApi, generated_api
 
 #: Tools in the order the server lists them, over its two pages.
 LISTED = [tool["name"] for page in PAGES for tool in page]
@@ -30,19 +27,8 @@ REPAIRED = {tool["name"] for tool in REPAIRABLE}
 
 @pytest.fixture(scope="module")
 def malformed_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GeneratedApi]:
-    root = tmp_path_factory.mktemp("apis")
-    name = f"malformed_{uuid.uuid4().hex[:8]}"
-    params = malformed_params()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("IPYBOX_STATE_DIR", str(tmp_path_factory.mktemp("generation-state")))
-        modules = asyncio.run(generate_mcp_sources(name, params, root))
-    sys.path.insert(0, str(root))
-    try:
-        yield GeneratedApi(root, name, params, modules)
-    finally:
-        sys.path.remove(str(root))
-        for key in [k for k in sys.modules if k == name or k.startswith(f"{name}.")]:
-            del sys.modules[key]
+    with generated_api(tmp_path_factory, "malformed", malformed_params()) as api:
+        yield api
 
 
 def test_good_and_repaired_tools_on_both_pages_are_generated(malformed_api: GeneratedApi) -> None:

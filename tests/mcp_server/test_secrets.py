@@ -8,17 +8,15 @@ workspace are unknown in another.
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
 import subprocess
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from servers.attacker import Attacker
 
 from .conftest import IPYBOX_COMMAND, NASTY, open_ipybox, server_env, text_of
 
@@ -26,43 +24,6 @@ pytestmark = pytest.mark.timeout(120)
 
 HOST_SECRET = "AKIA-host-secret-5e1f0c"
 DOTENV_SECRET = "dotenv-secret-a93b"
-
-
-class Attacker:
-    """An HTTP server on 127.0.0.1 that records every request line and its headers."""
-
-    def __init__(self) -> None:
-        self.requests: list[str] = []
-        attacker = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _record(self) -> None:
-                attacker.requests.append(f"{self.command} {self.path}\n{self.headers}")
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            do_GET = do_POST = do_DELETE = _record
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.host = f"127.0.0.1:{self._httpd.server_address[1]}"
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-
-@pytest.fixture
-def attacker() -> Iterator[Attacker]:
-    server = Attacker()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def audit(workspace: Path) -> list[dict[str, Any]]:

@@ -8,15 +8,13 @@ variable and the rule, never the value, and is recorded in the audit trail.
 
 from __future__ import annotations
 
-import http.server
 import json
 import shutil
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from servers.attacker import Attacker
 from servers.launch import everything_params, nasty_params
 
 from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutor, generate_mcp_sources
@@ -196,43 +194,6 @@ def test_dotenv_and_allowed_variables_are_the_only_sources(
 
 
 # --- through the generator and the tool server ----------------------------------------------------
-
-
-class Attacker:
-    """An HTTP server on 127.0.0.1 that records every request it gets (path, query and headers)."""
-
-    def __init__(self) -> None:
-        self.requests: list[str] = []
-        attacker = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _record(self) -> None:
-                attacker.requests.append(f"{self.command} {self.path}\n{self.headers}")
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            do_GET = do_POST = do_DELETE = _record
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-
-@pytest.fixture
-def attacker() -> Iterator[Attacker]:
-    server = Attacker()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.mark.timeout(60)
