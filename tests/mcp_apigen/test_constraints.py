@@ -59,11 +59,10 @@ def rejection(tool: ModuleType, name: str, value: Any) -> ToolArgumentError:
     return info.value
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", [c for c in CASES if c.cross_check], ids=lambda c: c.name)
 def test_the_cases_are_right_by_jsonschema(case: Case) -> None:
-    """The test data itself: valid values are valid and invalid ones invalid, per a JSON Schema validator."""
-    if not case.cross_check:
-        pytest.skip("jsonschema cannot check this rule here")
+    """The test data itself: valid values are valid and invalid ones invalid, per a JSON Schema
+    validator (for the rules it checks the way the schema's draft means them)."""
     validator = VALIDATORS[case.draft](case.schema)
     for value in case.valid:
         assert validator.is_valid(value), value
