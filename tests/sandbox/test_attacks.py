@@ -251,9 +251,10 @@ async def test_policy_cannot_be_loosened_for_later_kernels(
     target = ""
     if layout == "tmp_in_workspace":
         # short: the kernel's ipc socket paths (under the temp dir) must fit in ~107 bytes
-        workspace = Path(tempfile.mkdtemp(prefix="ipyboxws-"))
-        (workspace / "tmp").mkdir()
-        monkeypatch.setattr(tempfile, "tempdir", str(workspace / "tmp"))
+        # (the runtime dir adds "ipybox-runtime-<uid>/ipybox-<8>" to it: keep this short for any uid)
+        workspace = Path(tempfile.mkdtemp(prefix="ws-", dir="/tmp"))
+        (workspace / "t").mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(workspace / "t"))
     elif layout == "config_in_workspace":
         config_path = write_config(workspace / "my-sandbox.json", sandbox_config())
         target = str(config_path)
