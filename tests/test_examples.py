@@ -80,3 +80,12 @@ def test_sandbox_example_blocks_and_allows(tmp_path: Path) -> None:
     assert "write outside the working directory: blocked -> OSError: [Errno 30] Read-only file system" in out
     assert "reach the internet: blocked" in out
     assert "write in the working directory: allowed -> ok" in out
+
+
+def test_shell_commands_example_applies_its_policy_and_cancels(tmp_path: Path) -> None:
+    out = run([sys.executable, "examples/shell_commands.py"], tmp_path)
+    assert '   reject: mkdir -p notes && echo "first note" > notes/a.txt' in out
+    assert "ApprovalRejectedError: Shell command" in out
+    assert "\n   a.txt\n" in out
+    assert "cancelled result: CodeExecutionResult(text=None, images=[])" in out
+    assert "steps done before: True" in out
