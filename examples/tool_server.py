@@ -28,7 +28,7 @@ async def main() -> None:
     # The application tells the tool server which MCP servers it may start.
     async with ToolServer(port=0, approval_required=True, servers={"everything": SERVER_PARAMS}) as server:
         async with ApprovalClient(decide, port=server.port or 0, token=server.approval_token):
-            runner = ToolRunner("everything", SERVER_PARAMS, port=server.port)
+            runner = ToolRunner("everything", SERVER_PARAMS, port=server.port, token=server.token)
             print("get-sum:", await runner.run("get-sum", {"a": 2, "b": 3}))
             try:
                 await runner.run("echo", {"message": "hello"})

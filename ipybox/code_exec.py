@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
@@ -16,15 +17,25 @@ from typing import Any
 
 import psutil
 
+from ipybox.kernel_mgr import transfer
 from ipybox.kernel_mgr.deadline import Deadline
+from ipybox.kernel_mgr.gateway import (
+    GATEWAY_TOKEN_VAR,
+    DirectoryMirror,
+    GatewayConfig,
+    GatewayError,
+    GatewayKernel,
+    resolve_gateway_url,
+    setup_code,
+)
 from ipybox.kernel_mgr.in_kernel import APPROVE_SHELL_VAR, REQUIRE_SHELL_ESCAPE_VAR, WORKING_DIR_VAR
 from ipybox.kernel_mgr.kernel import KernelDied, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer
-from ipybox.kernel_mgr.supervisor import KernelSupervisor
+from ipybox.kernel_mgr.supervisor import KernelLike, KernelSupervisor
 from ipybox.sandbox import check_sandbox, runtime_root, sandbox_command
 from ipybox.tool_exec.approval.client import ApprovalRequest
-from ipybox.tool_exec.client import ENDPOINT_VAR
+from ipybox.tool_exec.client import ENDPOINT_VAR, TOKEN_VAR
 from ipybox.tool_exec.server import ToolServer
 
 logger = logging.getLogger(__name__)
@@ -87,10 +98,14 @@ class CodeExecutor:
     `${VAR}` placeholders take values from `working_dir/.env` and the environment (only the
     names in `allow_env`, if given), or from `placeholder_env` alone (see docs/tool-calls.md).
 
-    `kernel_gateway_host` and `kernel_gateway_port` are accepted for compatibility and unused:
-    kernels are driven directly over ipc sockets. With `tool_server_port` set, the tool server
-    also listens on TCP at `tool_server_host:tool_server_port` (unauthenticated: only for
-    tool runners you trust).
+    With `kernel_gateway_url` (or `kernel_gateway_host` with `kernel_gateway_port`, meaning
+    `http://host:port`) kernels run on that Jupyter Kernel Gateway or Enterprise Gateway instead
+    (kernelspec `kernel_name`, token `kernel_gateway_token`, default: `IPYBOX_KERNEL_GATEWAY_TOKEN`);
+    see docs/remote-kernels.md. Their tool calls reach the tool server over TCP at
+    `tool_server_host:tool_server_port` (default port: any free one), as the kernels see it from
+    `kernel_tool_server_host` (default: `tool_server_host`), with a per-executor secret. Without a
+    gateway, kernels are local processes driven over ipc sockets; with `tool_server_port` set, the
+    tool server also listens on TCP, for callers that send its `token`.
     """
 
     def __init__(
@@ -118,7 +133,24 @@ class CodeExecutor:
         tool_timeout: float | None = None,
         allow_env: Iterable[str] | None = None,
         placeholder_env: Mapping[str, str] | None = None,
+        kernel_gateway_url: str | None = None,
+        kernel_gateway_token: str | None = None,
+        kernel_name: str = "python3",
+        kernel_tool_server_host: str | None = None,
     ) -> None:
+        self.kernel_gateway_url = resolve_gateway_url(
+            kernel_gateway_url, kernel_gateway_host, kernel_gateway_port
+        )
+        if self.kernel_gateway_url is not None:
+            GatewayConfig(self.kernel_gateway_url)  # a malformed URL fails here, not at start()
+            if sandbox:
+                raise ValueError(
+                    "sandbox=True applies to local kernels; kernels on a gateway are isolated by how the "
+                    "gateway launches them (e.g. one pod per kernel), see docs/remote-kernels.md."
+                )
+        self._gateway_token = kernel_gateway_token or os.environ.get(GATEWAY_TOKEN_VAR)
+        self._kernel_name = kernel_name
+        self._kernel_tool_server_host = kernel_tool_server_host
         if require_shell_escape and not approve_shell_cmds:
             raise ValueError(
                 "require_shell_escape=True needs approve_shell_cmds=True: it sends programs through "
@@ -199,9 +231,10 @@ class CodeExecutor:
                 protected,
                 reachable=[socket_path],
             )
+        remote = self.kernel_gateway_url is not None
         self._tool_server = ToolServer(
             host=self._tool_server_host,
-            port=self._tool_server_port,
+            port=0 if remote and self._tool_server_port is None else self._tool_server_port,
             approval_required=True,
             approval_timeout=self._approval_timeout,
             connect_timeout=self._connect_timeout,
@@ -213,6 +246,10 @@ class CodeExecutor:
             placeholder_env=self._placeholder_env,
         )
         await self._tool_server.start()
+        if remote:
+            self._kernels = self._gateway_supervisor(self._tool_server)
+            await self._kernels.start()
+            return
         env = kernel_environment(_QUIET_TERMINAL | self._kernel_env) | {ENDPOINT_VAR: str(socket_path)}
         if self._restore_working_dir:
             env[WORKING_DIR_VAR] = str(self.working_dir)
@@ -242,6 +279,69 @@ class CodeExecutor:
             start_timeout=self._kernel_init_timeout,
         )
         await self._kernels.start()
+
+    def _gateway_supervisor(self, server: ToolServer) -> KernelSupervisor:
+        """Kernels on the gateway, set up to call tools over TCP with this executor's secret."""
+        assert self.kernel_gateway_url is not None and server.port is not None
+        host = self._kernel_tool_server_host or self._tool_server_host
+        if host in ("0.0.0.0", "::", ""):  # a wildcard is where it listens, not how to reach it
+            host = socket.getfqdn()
+        host = f"[{host}]" if ":" in host else host
+        env = _QUIET_TERMINAL | self._kernel_env
+        env |= {ENDPOINT_VAR: f"tcp://{host}:{server.port}", TOKEN_VAR: server.token}
+        if self.approve_shell_cmds:
+            env[APPROVE_SHELL_VAR] = "1"
+        if self.require_shell_escape:
+            env[REQUIRE_SHELL_ESCAPE_VAR] = "1"
+        config = GatewayConfig(
+            self.kernel_gateway_url,
+            token=self._gateway_token,
+            kernel_name=self._kernel_name,
+            env={k: v for k, v in self._kernel_env.items() if k.startswith("KERNEL_")},
+        )
+        setup = setup_code(env, self._restore_working_dir, WORKING_DIR_VAR)
+        mirror = DirectoryMirror(self.working_dir / "mcptools")
+
+        def factory() -> KernelLike:
+            return GatewayKernel(config, setup, mirror)
+
+        return KernelSupervisor(
+            self.working_dir,
+            self.working_dir,
+            {},
+            spare=self._spare_kernel,
+            start_timeout=self._kernel_init_timeout,
+            factory=factory,
+        )
+
+    async def upload(self, local_path: str | os.PathLike[str], remote_path: str) -> None:
+        """Copy a local file or directory into the kernel's file system.
+
+        `remote_path` is relative to the kernel's working directory (its start directory on a
+        gateway, `working_dir` locally); parents are created, a directory is merged into an
+        existing one. Large files go in chunks, so memory stays flat.
+        """
+        local = Path(local_path).expanduser()
+        async with self._lock:
+            kernel = self._remote_kernel()
+            if kernel is None:
+                await transfer.copy_local(local, self.working_dir / Path(remote_path).expanduser())
+            else:
+                await transfer.upload(kernel, local, remote_path)
+
+    async def download(self, remote_path: str, local_path: str | os.PathLike[str]) -> None:
+        """Copy a file or directory of the kernel's file system to `local_path` (see `upload`)."""
+        local = Path(local_path).expanduser()
+        async with self._lock:
+            kernel = self._remote_kernel()
+            if kernel is None:
+                await transfer.copy_local(self.working_dir / Path(remote_path).expanduser(), local)
+            else:
+                await transfer.download(kernel, remote_path, local)
+
+    def _remote_kernel(self) -> GatewayKernel | None:
+        kernel = self._require_kernels().kernel
+        return kernel if isinstance(kernel, GatewayKernel) else None
 
     async def stop(self) -> None:
         """Stop the kernel(s), the tool server and its MCP servers; remove runtime files."""
@@ -347,6 +447,8 @@ class CodeExecutor:
                     f"{e} Its state (variables, imports) is lost; the next execution runs on a fresh kernel.",
                     output.text(),
                 ) from None
+            except GatewayError as e:  # no kernel: the gateway is down, or refuses to start one
+                raise CodeExecutionError(str(e), output.text()) from None
             finally:
                 self._cancel = None
                 cancelled.cancel()

@@ -25,6 +25,7 @@ environment:
   WORKSPACE/.env and from the variables of ipybox's environment named with --allow-env, and
   only in args, env values and header values (never in a URL or command). Only variables
   named KERNEL_ENV_<NAME> reach the kernel, as <NAME>.
+  With --kernel-gateway, the gateway's token is read from IPYBOX_KERNEL_GATEWAY_TOKEN.
 
 example (Claude Code / Claude Desktop config):
   {"mcpServers": {"ipybox": {"command": "uvx",
@@ -138,6 +139,32 @@ def parser() -> argparse.ArgumentParser:
         "(repeatable); WORKSPACE/.env is always used, the rest of the environment never",
     )
     p.add_argument(
+        "--kernel-gateway",
+        metavar="URL",
+        help="run kernels on this Jupyter Kernel Gateway or Enterprise Gateway (http(s)://host:port), "
+        "one per client session; token from IPYBOX_KERNEL_GATEWAY_TOKEN (see docs/remote-kernels.md)",
+    )
+    p.add_argument(
+        "--kernel-name", default="python3", help="kernelspec to start on the gateway (default: python3)"
+    )
+    p.add_argument(
+        "--tool-server-host",
+        default="localhost",
+        help="address the tool server listens on for gateway kernels (default: localhost)",
+    )
+    p.add_argument(
+        "--tool-server-port",
+        type=int,
+        help="TCP port of the tool server for gateway kernels (default: any free one; with stdio only, "
+        "as each HTTP session has a tool server of its own on a free port)",
+    )
+    p.add_argument(
+        "--kernel-tool-server-host",
+        metavar="HOST",
+        help="how gateway kernels reach the tool server, e.g. a Kubernetes service name "
+        "(default: --tool-server-host)",
+    )
+    p.add_argument(
         "--log-level",
         default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -169,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
         args.sandbox_config = workspace / WORKSPACE_CONFIG
+    if args.sandbox and args.kernel_gateway:
+        sys.exit("ipybox: --sandbox applies to local kernels; gateway kernels are isolated by the gateway")
     if args.sandbox:
         try:
             check_sandbox(args.sandbox_config)
@@ -183,6 +212,11 @@ def main(argv: list[str] | None = None) -> None:
         limits=ResourceLimits(memory=args.memory_limit, processes=args.process_limit),
         audit_log=args.audit_log.expanduser().resolve() if args.audit_log else None,
         allow_env=tuple(dict.fromkeys(name for names in args.allow_env for name in names)),
+        kernel_gateway=args.kernel_gateway,
+        kernel_name=args.kernel_name,
+        tool_server_host=args.tool_server_host,
+        tool_server_port=args.tool_server_port,
+        kernel_tool_server_host=args.kernel_tool_server_host,
     )
     server = create_server(options)
     if args.transport == "stdio":

@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.kernel import Kernel, KernelDied, KernelReply
@@ -16,11 +17,37 @@ from ipybox.kernel_mgr.output import KernelEvent
 logger = logging.getLogger(__name__)
 
 
+class KernelLike(Protocol):
+    """What the supervisor needs of a kernel: a local `Kernel` or a `GatewayKernel`."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def start(self, timeout: float = 30) -> None: ...
+
+    async def execute(
+        self,
+        code: str,
+        on_event: Callable[[KernelEvent], None],
+        deadline: Deadline,
+        interrupt_grace: float = 5,
+    ) -> KernelReply: ...
+
+    async def stop(self, grace: float = 2) -> None: ...
+
+
 class KernelSupervisor:
     """Owns the kernel an executor runs code in.
 
     A spare kernel is started in the background after the first one is ready, so that
     `reset()` and recovery from a dead kernel only swap kernels instead of starting one.
+    `factory`, if given, makes the kernels instead (e.g. `GatewayKernel`s on a gateway).
     """
 
     def __init__(
@@ -32,27 +59,30 @@ class KernelSupervisor:
         limits: ResourceLimits | None = None,
         spare: bool = True,
         start_timeout: float = 30,
+        factory: Callable[[], KernelLike] | None = None,
     ) -> None:
-        self._new: Callable[[], Kernel] = lambda: Kernel(
-            runtime_dir, cwd, env, command_prefix, limits or ResourceLimits()
+        self._new: Callable[[], KernelLike] = factory or (
+            lambda: Kernel(runtime_dir, cwd, env, command_prefix, limits or ResourceLimits())
         )
         self._spare_enabled = spare
         self._start_timeout = start_timeout
-        self._kernel: Kernel | None = None
-        self._spare: asyncio.Task[Kernel] | None = None
+        self._started = False
+        self._kernel: KernelLike | None = None
+        self._spare: asyncio.Task[KernelLike] | None = None
         self._retired: set[asyncio.Task[None]] = set()
 
     @property
-    def kernel(self) -> Kernel:
+    def kernel(self) -> KernelLike:
         if self._kernel is None:
             raise RuntimeError("No kernel is running: start() was not called, or stop() was.")
         return self._kernel
 
     async def start(self) -> None:
         self._kernel = await self._start_kernel()
+        self._started = True
         self._prepare_spare()
 
-    async def _start_kernel(self) -> Kernel:
+    async def _start_kernel(self) -> KernelLike:
         kernel = self._new()
         await kernel.start(self._start_timeout)
         return kernel
@@ -70,13 +100,21 @@ class KernelSupervisor:
     async def execute(
         self, code: str, on_event: Callable[[KernelEvent], None], deadline: Deadline
     ) -> KernelReply:
-        """Run code on the current kernel; after a crash, swap in a fresh kernel and re-raise."""
+        """Run code on the current kernel; after a crash, swap in a fresh kernel and re-raise.
+
+        If no fresh kernel could be started then (e.g. the gateway is down), the next call tries again.
+        """
+        if self._kernel is None and self._started:
+            await self.replace()
         kernel = self.kernel
         try:
             return await kernel.execute(code, on_event, deadline)
         except KernelDied:
             if self._kernel is kernel:  # not replaced by a reset, nor stopped, meanwhile
-                await self.replace()
+                try:
+                    await self.replace()
+                except Exception as e:
+                    logger.warning("could not start a fresh kernel (%s); the next execution tries again", e)
             raise
 
     async def replace(self) -> None:
@@ -85,7 +123,7 @@ class KernelSupervisor:
         if old is not None:
             self._retire(old)
         spare, self._spare = self._spare, None
-        kernel: Kernel | None = None
+        kernel: KernelLike | None = None
         if spare is not None:
             try:
                 kernel = await spare
@@ -98,7 +136,7 @@ class KernelSupervisor:
         self._kernel = kernel
         self._prepare_spare()
 
-    def _retire(self, kernel: Kernel) -> None:
+    def _retire(self, kernel: KernelLike) -> None:
         task = asyncio.create_task(kernel.stop())
         self._retired.add(task)
         task.add_done_callback(self._retired.discard)
@@ -107,6 +145,7 @@ class KernelSupervisor:
         """Stop every kernel this supervisor started, including the spare and retired ones."""
         kernels = [k for k in (self._kernel,) if k is not None]
         self._kernel = None
+        self._started = False
         spare, self._spare = self._spare, None
         if spare is not None:
             if spare.done():

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -61,6 +62,12 @@ class ServerOptions:
     audit_log: Path | None = None  # default: WORKSPACE/.ipybox/audit.jsonl
     #: Variables of ipybox's environment that `${VAR}` may name (besides WORKSPACE/.env).
     allow_env: tuple[str, ...] = ()
+    #: A kernel gateway to run the kernels on (token: `IPYBOX_KERNEL_GATEWAY_TOKEN`), and how.
+    kernel_gateway: str | None = None
+    kernel_name: str = "python3"
+    tool_server_host: str = "localhost"
+    tool_server_port: int | None = None
+    kernel_tool_server_host: str | None = None
 
 
 class Workspace:
@@ -101,6 +108,12 @@ class Workspace:
             allow_env=self.options.allow_env,
             limits=self.options.limits,
             log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
+            kernel_gateway_url=self.options.kernel_gateway,
+            kernel_name=self.options.kernel_name,
+            tool_server_host=self.options.tool_server_host,
+            # one tool server per session over HTTP: a fixed port would fit only the first
+            tool_server_port=None if self.options.per_session else self.options.tool_server_port,
+            kernel_tool_server_host=self.options.kernel_tool_server_host,
         )
 
     async def executor(self, session: object) -> CodeExecutor:
@@ -295,7 +308,7 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
         return content
 
     @server.tool()
-    async def install_package(package_name: str) -> str:
+    async def install_package(package_name: str, ctx: Context[Any, Any]) -> str:
         """Install a Python package into the kernel's environment with pip.
 
         Accepts a requirement such as "requests", "numpy>=1.26" or "git+https://…". The
@@ -308,6 +321,13 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
                 f"Not a package requirement: {package_name!r}. Give a name with an optional version "
                 "(e.g. 'numpy>=1.26') or a git+https:// URL; local paths are not installed."
             )
+        if options.kernel_gateway is not None:  # the kernel's environment is on the gateway's side
+            executor = await workspace.executor(session_of(ctx))
+            try:
+                result = await executor.execute(f"%pip install -q {shlex.quote(spec)}", timeout=600)
+            except (CodeExecutionError, TimeoutError) as e:
+                raise ToolError(f"Installing {spec!r} in the kernel failed:\n{str(e)[-3000:]}") from None
+            return f"Installed {spec!r} in the kernel.\n{(result.text or '')[-1000:]}"
         return await _pip_install(spec)
 
     @server.tool()

@@ -12,8 +12,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-#: Set in the kernel's environment by `CodeExecutor`: the tool server's unix socket.
+#: Set in the kernel's environment by `CodeExecutor`: the tool server's unix socket, or
+#: `tcp://HOST:PORT` for a kernel on another machine (a kernel gateway).
 ENDPOINT_VAR = "IPYBOX_TOOL_SERVER"
+#: The secret a caller must send with each request to the tool server's TCP listener.
+TOKEN_VAR = "IPYBOX_TOOL_SERVER_TOKEN"
+_TCP = "tcp://"
 
 
 class ToolRunnerError(Exception):
@@ -73,7 +77,9 @@ class ToolRunner:
     """Calls tools of one MCP server through a `ToolServer`.
 
     Without `host`/`port` it connects to the tool server of the executor the code runs
-    under (its unix socket is in the kernel's environment), falling back to localhost:8900.
+    under (its endpoint is in the kernel's environment), falling back to localhost:8900.
+    Requests over TCP carry `token` (default: the kernel's `IPYBOX_TOOL_SERVER_TOKEN`), the
+    secret the tool server's TCP listener checks (`ToolServer.token`).
     """
 
     def __init__(
@@ -82,11 +88,19 @@ class ToolRunner:
         server_params: dict[str, Any],
         host: str | None = None,
         port: int | None = None,
+        token: str | None = None,
     ) -> None:
         self.server_name = server_name
         self.server_params = server_params
-        self._path = os.environ.get(ENDPOINT_VAR) if host is None and port is None else None
+        endpoint = os.environ.get(ENDPOINT_VAR, "") if host is None and port is None else ""
+        self._path: str | None = None
         self._address = (host or "localhost", port or 8900)
+        if endpoint.startswith(_TCP):
+            tcp_host, _, tcp_port = endpoint[len(_TCP) :].rpartition(":")
+            self._address = (tcp_host.strip("[]"), int(tcp_port))
+        elif endpoint:
+            self._path = endpoint
+        self._token = token if token is not None else os.environ.get(TOKEN_VAR)
 
     def run_sync(self, tool_name: str, tool_args: dict[str, Any]) -> dict[str, Any] | str | None:
         """Call a tool and wait for its result (structured content as dict, else text)."""
@@ -145,6 +159,8 @@ class ToolRunner:
     def _request(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send one request to the tool server and return its reply; raises if it failed."""
         __tracebackhide__ = True
+        if self._token and not self._path:
+            request = request | {"token": self._token}
         _flush_pending_output()  # so output printed before the call is shown before its approval
         try:
             line = self._exchange(json.dumps(request).encode() + b"\n")

@@ -37,7 +37,10 @@ class ToolServer:
     """Executes MCP tools on behalf of kernel code, outside the kernel and its sandbox.
 
     It listens on a unix socket (`path`) and/or TCP (`host`, `port`) for one-line JSON
-    requests. MCP servers start on their first call and stay connected until `reset()`
+    requests. Tool calls and shell approvals over TCP must carry `token` (default: a fresh
+    random secret, `ToolServer.token`), which `ToolRunner` sends from its `token` argument or
+    the kernel's `IPYBOX_TOOL_SERVER_TOKEN`; the unix socket is private to its owner.
+    MCP servers start on their first call and stay connected until `reset()`
     or `stop()`. Only servers registered by the application for `workspace` (default: the
     current directory; `generate_mcp_sources` or the `servers` argument) are ever started,
     whatever parameters a request carries.
@@ -64,8 +67,10 @@ class ToolServer:
         workspace: Path | None = None,
         allow_env: Iterable[str] | None = None,
         placeholder_env: Mapping[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
         self.host, self.port = host, port
+        self.token = token or secrets.token_urlsafe(32)
         self.workspace = (workspace or Path.cwd()).resolve()
         self.placeholders = Placeholders.of(self.workspace, allow_env, placeholder_env)
         self.path = Path(path) if path else None
@@ -100,7 +105,7 @@ class ToolServer:
                 )
                 self.path.chmod(0o600)
             if self.port is not None:
-                server = await asyncio.start_server(self._handle, self.host, self.port, limit=_MAX_LINE)
+                server = await asyncio.start_server(self._handle_tcp, self.host, self.port, limit=_MAX_LINE)
                 self.port = server.sockets[0].getsockname()[1]
                 self._listeners.append(server)
         except BaseException:
@@ -248,7 +253,12 @@ class ToolServer:
         except OSError as e:
             logger.error("cannot write the audit log %s: %s", self.audit.path, e)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._handle(reader, writer, check_token=True)
+
+    async def _handle(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, check_token: bool = False
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
@@ -264,6 +274,10 @@ class ToolServer:
                     await self._serve_approval_client(request, reader, writer)
                     return
                 call: asyncio.Future[Any]
+                if check_token and op in ("run", "shell") and not self._token_ok(request):
+                    logger.warning("refused a TCP request (op %r) without the tool server's token", op)
+                    await _send(writer, {"ok": False, "error": "refused: missing or wrong tool server token"})
+                    return
                 if op == "shell" and request.get("tool_name") in SHELL_KINDS:
                     call = asyncio.ensure_future(
                         self.approve_shell(str(request["tool_name"]), str(request.get("cmd", "")))
@@ -295,6 +309,9 @@ class ToolServer:
         finally:
             self._handlers.discard(task)
             writer.close()
+
+    def _token_ok(self, request: dict[str, Any]) -> bool:
+        return hmac.compare_digest(str(request.get("token", "")).encode(), self.token.encode())
 
     async def _serve_approval_client(
         self, hello: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -356,7 +356,9 @@ async def test_tool_server_stop_leaves_no_server_processes(workspace: Workspace)
     try:
         assert server.port
         for name, expected in [("nasty", "x"), ("everything", "Echo: x")]:
-            runner = ToolRunner(name, workspace.servers[name], host="127.0.0.1", port=server.port)
+            runner = ToolRunner(
+                name, workspace.servers[name], host="127.0.0.1", port=server.port, token=server.token
+            )
             assert await runner.run("echo", {"message": "x"}) == expected
         assert child_pids(NASTY) and child_pids(EVERYTHING)
     finally:
@@ -379,8 +381,10 @@ def _refused(port: int) -> bool:
 async def test_tool_server_servers_argument_allows_unregistered_servers(workspace: Workspace) -> None:
     params = workspace.servers["nasty"]
     async with ToolServer(host="127.0.0.1", port=0, servers={"adhoc": params}) as server:
-        runner = ToolRunner("adhoc", params, host="127.0.0.1", port=server.port)
+        runner = ToolRunner("adhoc", params, host="127.0.0.1", port=server.port, token=server.token)
         assert await runner.run("echo", {"message": "ok"}) == "ok"
-        tampered = ToolRunner("adhoc", params | {"args": ["-c", "pass"]}, host="127.0.0.1", port=server.port)
+        tampered = ToolRunner(
+            "adhoc", params | {"args": ["-c", "pass"]}, host="127.0.0.1", port=server.port, token=server.token
+        )
         with pytest.raises(Exception, match="not registered"):
             await tampered.run("echo", {"message": "no"})
