@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from servers.launch import free_port, network_env, wait_for_port
+from servers.launch import free_port, kill_group, network_env, wait_for_port
 
 #: What each gateway's venv holds; the kernel needs ipykernel, and pydantic for generated modules.
 KERNEL_PACKAGES = ("ipykernel>=6.29,<8", "pydantic>=2.11,<3")
@@ -164,15 +163,9 @@ class GatewayProcess:
 
     def kill(self) -> None:
         """SIGKILL the gateway and its kernels (a crashed gateway host)."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(10)
-        self.process = None
+        if self.process is not None:
+            kill_group(self.process)
+            self.process = None
 
     def restart(self) -> None:
         self.kill()

@@ -8,6 +8,7 @@ sandbox can run here; the environment a process needs to reach the package index
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import platform
@@ -77,6 +78,14 @@ def free_port() -> int:
 
 
 # --- processes and polling --------------------------------------------------------------------
+
+
+def kill_group(process: subprocess.Popen[Any]) -> None:
+    """SIGKILL `process` (started with its own session) and its whole process group; reap it."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait(10)
 
 
 def alive(process: psutil.Process) -> bool:
@@ -298,12 +307,6 @@ class HttpServer:
         return self
 
     def kill(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(10)
-        self.process = None
+        if self.process is not None:
+            kill_group(self.process)
+            self.process = None
