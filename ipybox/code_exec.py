@@ -325,7 +325,9 @@ class CodeExecutor:
         async with self._lock:
             kernel = self._remote_kernel()
             if kernel is None:
-                await transfer.copy_local(local, self.working_dir / Path(remote_path).expanduser())
+                await transfer.copy_local(
+                    local, self.working_dir / Path(remote_path).expanduser(), "target", self.working_dir
+                )
             else:
                 await transfer.upload(kernel, local, remote_path)
 
@@ -335,7 +337,9 @@ class CodeExecutor:
         async with self._lock:
             kernel = self._remote_kernel()
             if kernel is None:
-                await transfer.copy_local(self.working_dir / Path(remote_path).expanduser(), local)
+                await transfer.copy_local(
+                    self.working_dir / Path(remote_path).expanduser(), local, "source", self.working_dir
+                )
             else:
                 await transfer.download(kernel, remote_path, local)
 

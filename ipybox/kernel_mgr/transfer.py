@@ -27,19 +27,60 @@ def _call(function: str, *args: Any) -> str:
     return f"{_HELPERS}.{function}({', '.join(repr(a) for a in args)})"
 
 
-async def copy_local(source: Path, target: Path) -> None:
-    """Copy a file or directory (merged into an existing one), creating the target's parents."""
+async def copy_local(source: Path, target: Path, kernel_side: str, workspace: Path) -> None:
+    """Copy a file or directory (merged into an existing one), creating the target's parents.
+
+    `kernel_side` ("source" or "target") is the side in the kernel's `workspace`. Symbolic links
+    there are never followed: kernel code (even sandboxed) could plant one to make ipybox, which
+    runs outside the sandbox, read or overwrite a file the kernel may not touch.
+    """
 
     def copy() -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if kernel_side == "source":
+            _no_links(source, workspace)
+            if source.is_dir():
+                shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+            return
         if source.is_dir():
-            shutil.copytree(source, target, dirs_exist_ok=True)
+            for directory, _, names in os.walk(source):
+                destination = target / Path(directory).relative_to(source)
+                _no_links(destination, workspace)
+                destination.mkdir(parents=True, exist_ok=True)
+                for name in names:
+                    _no_links(destination / name, workspace)
+                    shutil.copyfile(Path(directory) / name, destination / name)
         else:
+            _no_links(target, workspace)
+            target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
 
     if not source.exists():
         raise FileNotFoundError(f"No such file or directory: {source}")
     await asyncio.to_thread(copy)
+
+
+def _no_links(path: Path, workspace: Path) -> None:
+    """Refuse `path` if it, or a directory on the way to it from `workspace`, is a symbolic link."""
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(workspace).parts
+    except ValueError:  # outside the workspace: a place the application chose, not the kernel
+        return
+    current = workspace
+    for part in parts:
+        current /= part
+        if current.is_symlink():
+            raise PermissionError(f"{path} goes through a symbolic link; ipybox does not follow it")
+
+
+def _inside(root: Path, rel: str) -> Path:
+    """`root / rel` for a relative path `rel` reported by kernel code, which may not leave `root`."""
+    path = Path(rel)
+    if path.is_absolute() or ".." in path.parts:
+        raise PermissionError(f"the kernel reported a path outside the download target: {rel!r}")
+    return root / path
 
 
 async def upload(kernel: GatewayKernel, local: Path, remote: str) -> None:
@@ -82,10 +123,10 @@ async def download(kernel: GatewayKernel, remote: str, local: Path) -> None:
         await _download_file(kernel, remote, local, int(info["size"]))
         return
     local.mkdir(parents=True, exist_ok=True)
-    for rel in info["dirs"]:
-        (local / rel).mkdir(parents=True, exist_ok=True)
+    for rel in info["dirs"]:  # what the kernel reports is checked: kernel code may lie
+        _inside(local, rel).mkdir(parents=True, exist_ok=True)
     for rel, size in info["files"]:
-        await _download_file(kernel, _join(remote, Path(rel)), local / rel, int(size))
+        await _download_file(kernel, _join(remote, Path(rel)), _inside(local, rel), int(size))
 
 
 async def _download_file(kernel: GatewayKernel, remote: str, local: Path, size: int) -> None:

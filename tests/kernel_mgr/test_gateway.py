@@ -377,3 +377,17 @@ async def test_mcp_server_over_http_gives_each_session_a_gateway_kernel(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_download_refuses_paths_a_lying_kernel_reports(executor: CodeExecutor, tmp_path: Path) -> None:
+    """Kernel code replaces the helper that lists a directory, to make the host write elsewhere."""
+    escape = tmp_path / "escaped.txt"
+    await executor.execute(
+        "import json, os, ipybox.kernel_mgr.kernel_files as kf\n"
+        "os.makedirs('lying', exist_ok=True)\n"
+        f"kf.describe = lambda path: print(json.dumps({{'type': 'dir', 'path': path, 'dirs': [], "
+        f"'files': [['../escaped.txt', 3], [{str(escape)!r}, 3]]}}))"
+    )
+    with pytest.raises(PermissionError, match="outside the download target"):
+        await executor.download("lying", tmp_path / "target")
+    assert not escape.exists()
