@@ -148,6 +148,11 @@ class CodeExecutor:
                     "sandbox=True applies to local kernels; kernels on a gateway are isolated by how the "
                     "gateway launches them (e.g. one pod per kernel), see docs/remote-kernels.md."
                 )
+            if limits is not None and (limits.memory is not None or limits.processes is not None):
+                raise ValueError(
+                    "memory and process limits apply to local kernels; set them for kernels on a gateway "
+                    "where the gateway launches them (e.g. the kernel pod's resources)."
+                )
         self._gateway_token = kernel_gateway_token or os.environ.get(GATEWAY_TOKEN_VAR)
         self._kernel_name = kernel_name
         self._kernel_tool_server_host = kernel_tool_server_host
@@ -434,9 +439,13 @@ class CodeExecutor:
             task.add_done_callback(lambda _: queue.put_nowait(_DONE))
             cancelled = asyncio.create_task(cancel.wait())
             cancelled.add_done_callback(lambda _: queue.put_nowait(_CANCELLED))
+            stopped = False
             try:
                 while (item := await queue.get()) is not _DONE:
                     if item is _CANCELLED:
+                        if task.done():  # finished before the cancel: report it as usual
+                            continue
+                        stopped = True
                         break
                     yield item
                 else:
@@ -466,7 +475,7 @@ class CodeExecutor:
                     task.cancel()  # interrupts the cell; the kernel keeps its state
                     with contextlib.suppress(BaseException):
                         await task
-            if cancel.is_set():
+            if stopped:
                 return
             if reply.error is not None:
                 raise CodeExecutionError(reply.error, output.text())

@@ -135,7 +135,9 @@ def resolve(
 
     A placeholder may stand only in elements of `args` and in values of `env` and `headers`:
     never in a URL (host, path, query or anything else), a command, `cwd`, `type` or a name, so a
-    secret cannot be sent to a destination of the caller's choosing. Raises `PlaceholderError`
+    secret never becomes part of an address or a command line, where logs, process lists and the
+    host a URL names would see it. (A header value still goes to the server that is registered:
+    which variables may be used at all is the allow-list's job.) Raises `PlaceholderError`
     naming the variables and the rule (never a value); `source` says where values come from.
     """
     misplaced = [(n, w) for w, text, ok in _strings(params) if not ok for n in _PLACEHOLDER.findall(text)]
@@ -143,8 +145,8 @@ def resolve(
         raise PlaceholderError(
             "; ".join(f"${{{name}}} in {where}" for name, where in misplaced)
             + f" is refused: placeholders are filled only in {SECRET_PLACES}, never in a URL, a "
-            "command, 'cwd', 'type' or a name, so a secret cannot be sent to a destination of the "
-            "caller's choosing. Pass a secret in a header or in the server's env instead.",
+            "command, 'cwd', 'type' or a name, so a secret never becomes part of an address or a command "
+            "line. Pass a secret in a header or in the server's env instead.",
             [name for name, _ in misplaced],
             "placement",
         )

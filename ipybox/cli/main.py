@@ -198,6 +198,11 @@ def main(argv: list[str] | None = None) -> None:
         args.sandbox_config = workspace / WORKSPACE_CONFIG
     if args.sandbox and args.kernel_gateway:
         sys.exit("ipybox: --sandbox applies to local kernels; gateway kernels are isolated by the gateway")
+    if args.kernel_gateway and (args.memory_limit is not None or args.process_limit is not None):
+        sys.exit(
+            "ipybox: --memory-limit and --process-limit apply to local kernels; limit gateway kernels "
+            "where the gateway launches them (e.g. the kernel pod's resources)"
+        )
     if args.sandbox:
         try:
             check_sandbox(args.sandbox_config)

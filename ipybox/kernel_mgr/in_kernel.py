@@ -9,7 +9,8 @@
 - With `IPYBOX_APPROVE_SHELL` set, every `!cmd`, `x = !cmd` and `%%bash`/`%%sh` cell asks the
   application (through the tool server) before it runs; with `IPYBOX_REQUIRE_SHELL_ESCAPE` also
   set, Python's own ways of starting a program raise instead, so commands take the approved path.
-  This guard is Python-level: code that means to get around it can (ctypes, C extensions).
+  This guard only steers code written in good faith: any Python code that means to get around
+  it can (it can undo the patches, reach the originals, or use ctypes).
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 logger = logging.getLogger(__name__)
 
 #: Where cgroup hierarchies are mounted: v2 here (or at `unified/` beside v1 ones), v1 per controller.
@@ -269,20 +271,10 @@ def _remove_orphans(parent: Path) -> None:
     """Remove kernel cgroups under `parent` whose ipybox process is gone (e.g. it was SIGKILLed)."""
     for path in parent.glob("ipybox-*"):
         match = _NAME.fullmatch(path.name)
-        if match is None or _pid_exists(int(match[1])):
+        if match is None or psutil.pid_exists(int(match[1])):
             continue
         for _ in range(20):  # killed processes are gone within microseconds, as a rule
             if _kill_and_remove(path):
                 logger.info("removed cgroup %s, left by a process that is gone", path)
                 break
             time.sleep(0.005)
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -25,6 +25,7 @@ from ipybox.mcp_connect import (
     transport_of,
 )
 from ipybox.tool_exec import registry
+from ipybox.tool_exec.server import SHELL_SERVER
 
 if TYPE_CHECKING:
     from ipybox.mcp_repair import ToolReport
@@ -198,11 +199,17 @@ def _parser_sections(package: Path) -> dict[str, str]:
 
 
 def validate_server_name(server_name: str) -> None:
-    """Reject names that are not plain identifiers (no paths, no keywords)."""
+    """Reject names that are not plain identifiers (no paths, no keywords) and the reserved one."""
     if not isinstance(server_name, str) or not server_name.isidentifier() or keyword.iskeyword(server_name):
         raise ValueError(
             f"server_name must be a valid Python identifier (letters, digits, underscores), "
             f"got {server_name!r}."
+        )
+    # An MCP server under the name of shell-command approvals could pass its calls off as those.
+    if server_name == SHELL_SERVER:
+        raise ValueError(
+            f"server_name {server_name!r} is reserved (approval requests for shell commands use it); "
+            "choose another name."
         )
 
 

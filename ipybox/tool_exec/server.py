@@ -136,6 +136,8 @@ class ToolServer:
 
     def allows(self, server_name: str, server_params: Mapping[str, Any]) -> bool:
         """Whether the application registered this server with exactly these parameters here."""
+        if server_name == SHELL_SERVER:  # reserved: its requests would look like shell approvals
+            return False
         if server_name in self._servers:
             return self._servers[server_name] == dict(server_params)
         return registry.is_registered(server_name, server_params, self.workspace)

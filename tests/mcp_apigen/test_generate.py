@@ -139,7 +139,9 @@ async def test_generation_registers_the_server(tmp_path: Path) -> None:
 # --- invalid input ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("server_name", ["../x", "a-b", "class", "", "x/y", "1abc", " x", "a.b", "None"])
+@pytest.mark.parametrize(
+    "server_name", ["../x", "a-b", "class", "", "x/y", "1abc", " x", "a.b", "None", "ipybox"]
+)
 async def test_invalid_server_name_raises_and_writes_nothing(tmp_path: Path, server_name: str) -> None:
     root = tmp_path / "mcptools"
     # A "server" that leaves a file behind once started (and then exits).
