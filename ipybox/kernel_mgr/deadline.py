@@ -1,8 +1,15 @@
-"""`Deadline`: a time limit that does not run while paused (e.g. while a tool call awaits approval)."""
+"""`Deadline`: a time limit that does not run while paused (e.g. while a tool call awaits approval),
+and `race()`, which runs work against a deadline and a future that ends it early."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: While paused, waiters look again this often (the pause may end at any time).
 _POLL_WHILE_PAUSED = 0.25
@@ -53,3 +60,38 @@ class Deadline:
     def expired(self, grace: float = 0) -> bool:
         remaining = self.remaining()
         return remaining is not None and not self._pauses and remaining + grace <= 0
+
+
+class Overtaken(Exception):
+    """`race()`'s watched future finished before the work did (e.g. the kernel died)."""
+
+
+async def race(
+    aw: Awaitable[T], watched: asyncio.Future[Any], limit: float | Deadline | None, grace: float = 0
+) -> asyncio.Future[T]:
+    """Run `aw` until it is done, `watched` finishes (`Overtaken`) or `limit` passes (`TimeoutError`).
+
+    Returns the finished task (its `result()` may still raise, or it may have been cancelled);
+    the work is cancelled when it loses, also when the caller is cancelled, so no reader is left
+    behind to consume the next request's messages.
+    """
+    deadline = limit if isinstance(limit, Deadline) else Deadline(limit)
+    task = asyncio.ensure_future(aw)
+    try:
+        while True:
+            done, _ = await asyncio.wait(
+                {task, watched}, timeout=deadline.wait_time(grace), return_when=asyncio.FIRST_COMPLETED
+            )
+            if done or deadline.expired(grace):
+                break
+    except BaseException:
+        task.cancel()
+        raise
+    if task in done:
+        return task
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    if watched in done:
+        raise Overtaken
+    raise TimeoutError

@@ -27,7 +27,7 @@ import httpx2
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from ipybox.kernel_mgr.deadline import Deadline
+from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
 from ipybox.kernel_mgr.kernel import KernelDied, KernelReply
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
 
@@ -304,14 +304,7 @@ class GatewayKernel:
     ) -> KernelReply:
         collector = OutputCollector(on_event)
         reply = await self._roundtrip(_execute_content(code, silent), collector, deadline, interrupt_grace)
-        reply_content = reply["content"]
-        status = reply_content.get("status", "error")
-        error = collector.error
-        if status == "error" and error is None:
-            error = f"{reply_content.get('ename', 'Error')}: {reply_content.get('evalue', '')}"
-        elif status != "ok" and error is None:
-            error = f"The kernel did not run the code (status: {status})."
-        return KernelReply(status=status, error=error)
+        return KernelReply.of(reply["content"], collector.error)
 
     async def _roundtrip(
         self, content: dict[str, Any], collector: OutputCollector, deadline: Deadline, interrupt_grace: float
@@ -383,26 +376,10 @@ class GatewayKernel:
     async def _race(self, aw: Any, limit: float | Deadline | None) -> Any:
         """Await `aw`; raise `GatewayKernelLost` if the kernel goes first, `TimeoutError` at `limit`."""
         assert self._lost is not None
-        deadline = limit if isinstance(limit, Deadline) else Deadline(limit)
-        task = asyncio.ensure_future(aw)
         try:
-            while True:
-                done, _ = await asyncio.wait(
-                    {task, self._lost}, timeout=deadline.wait_time(), return_when=asyncio.FIRST_COMPLETED
-                )
-                if done or deadline.expired():
-                    break
-        except BaseException:
-            task.cancel()
-            raise
-        if task in done:
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
-        if self._lost in done:
-            raise self._gone()
-        raise TimeoutError
+            return (await race(aw, self._lost, limit)).result()
+        except Overtaken:
+            raise self._gone() from None
 
     def _gone(self) -> GatewayKernelLost:
         reason = "it was stopped"

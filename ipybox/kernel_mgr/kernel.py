@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
-from ipybox.kernel_mgr.deadline import Deadline
+from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
 from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits, fallback
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
 
@@ -75,6 +75,17 @@ class KernelReply:
 
     status: str
     error: str | None = None
+
+    @classmethod
+    def of(cls, content: dict[str, Any], traceback: str | None) -> KernelReply:
+        """The outcome an `execute_reply`'s `content` reports; `traceback` is the error output, if any."""
+        status = content.get("status", "error")
+        error = traceback
+        if status == "error" and error is None:
+            error = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+        elif status != "ok" and error is None:  # "aborted": the code did not run
+            error = f"The kernel did not run the code (status: {status})."
+        return cls(status, error)
 
 
 _warned: set[str] = set()
@@ -235,31 +246,13 @@ class Kernel:
         """Await `aw`, but raise `KernelDied` as soon as the kernel process exits, and
         `TimeoutError` once `limit` (seconds, or a `Deadline` plus `grace` seconds) has passed."""
         assert self._exited is not None
-        deadline = limit if isinstance(limit, Deadline) else Deadline(limit)
-        task = asyncio.ensure_future(aw)
         try:
-            while True:
-                done, _ = await asyncio.wait(
-                    {task, self._exited},
-                    timeout=deadline.wait_time(grace),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if done or deadline.expired(grace):
-                    break
-        except BaseException:
-            # Cancelled: a reader left running would consume the next request's messages.
-            task.cancel()
-            raise
-        if task in done:
-            if task.cancelled():  # its sockets were closed: the kernel was stopped meanwhile
-                raise self._died(self.returncode)
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
-        if self._exited in done:
-            raise self._died(self._exited.result())
-        raise TimeoutError
+            task = await race(aw, self._exited, limit, grace)
+        except Overtaken:
+            raise self._died(self._exited.result()) from None
+        if task.cancelled():  # its sockets were closed: the kernel was stopped meanwhile
+            raise self._died(self.returncode)
+        return task.result()
 
     def _died(self, returncode: int | None) -> KernelDied:
         """`KernelDied`, naming the memory limit if the cgroup's out-of-memory killer struck meanwhile."""
@@ -305,19 +298,13 @@ class Kernel:
             # The caller gave up on this cell: stop it so the kernel is free for the next one.
             client.control_channel.send(client.session.msg("interrupt_request", {}))
             raise
-        content = reply["content"]
-        status = content.get("status", "error")
-        error = collector.error
-        if status == "error" and error is None:
-            error = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
-        elif status != "ok" and error is None:  # "aborted": the code did not run
-            error = f"The kernel did not run the code (status: {status})."
+        result = KernelReply.of(reply["content"], collector.error)
         if note := self._oom_note():
-            if error is None:
+            if result.error is None:
                 on_event(KernelEvent("stream", text=f"\n{note}\n"))
             else:
-                error += f"\n{note}"
-        return KernelReply(status=status, error=error)
+                result.error += f"\n{note}"
+        return result
 
     def _oom_note(self) -> str | None:
         """A line naming the memory limit if it made the cgroup kill a process (not the kernel) meanwhile."""
