@@ -248,12 +248,32 @@ def _tool_result(result: dict[str, Any], version: str | None) -> dict[str, Any]:
     return repaired
 
 
-class _RepairingReader:
+class _Wrapped:
+    """What both stream wrappers pass straight on to the stream they wrap."""
+
+    def __init__(self, inner: Any, repair: ToolRepair) -> None:
+        self._inner = inner
+        self._repair = repair
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(exc_type, exc, tb)
+        return result
+
+
+class _RepairingReader(_Wrapped):
     """A transport's read stream, with every response passed through `ToolRepair.received`."""
 
     def __init__(self, inner: ReadStream[SessionMessage | Exception], repair: ToolRepair) -> None:
-        self._inner = inner
-        self._repair = repair
+        super().__init__(inner, repair)
 
     @property
     def last_context(self) -> Any:
@@ -263,44 +283,19 @@ class _RepairingReader:
     async def receive(self) -> SessionMessage | Exception:
         return self._repair.received(await self._inner.receive())
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> SessionMessage | Exception:
         return self._repair.received(await self._inner.__anext__())
 
-    async def __aenter__(self) -> Self:
-        await self._inner.__aenter__()
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        return await self._inner.__aexit__(exc_type, exc, tb)
-
-
-class _WatchingWriter:
+class _WatchingWriter(_Wrapped):
     """A transport's write stream that tells `ToolRepair` which requests go out."""
 
     def __init__(self, inner: WriteStream[SessionMessage], repair: ToolRepair) -> None:
-        self._inner = inner
-        self._repair = repair
+        super().__init__(inner, repair)
 
     async def send(self, item: SessionMessage, /) -> None:
         self._repair.sent(item)
         await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        return await self._inner.__aexit__(exc_type, exc, tb)

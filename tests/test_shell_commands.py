@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from servers.launch import collect
 
 from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutionResult, CodeExecutor
 
@@ -18,17 +19,8 @@ pytestmark = pytest.mark.timeout(120)
 async def run_stream(
     executor: CodeExecutor, code: str, accept: bool = True, timeout: float | None = 60
 ) -> tuple[list[ApprovalRequest], CodeExecutionResult | CodeExecutionError]:
-    requests: list[ApprovalRequest] = []
-    try:
-        async for item in executor.stream(code, timeout=timeout):
-            if isinstance(item, ApprovalRequest):
-                requests.append(item)
-                await (item.accept() if accept else item.reject())
-            elif isinstance(item, CodeExecutionResult):
-                return requests, item
-    except CodeExecutionError as e:
-        return requests, e
-    raise AssertionError("stream() ended without a result")
+    """Run `code` with stream(), accepting (or rejecting) every approval request."""
+    return await collect(executor, code, lambda _: "accept" if accept else "reject", timeout)
 
 
 @pytest.fixture

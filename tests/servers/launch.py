@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import psutil
 import pytest
 
-from ipybox import ApprovalRequest, CodeExecutionResult, CodeExecutor
+from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutionResult, CodeExecutor
 from ipybox.sandbox import sandbox_problem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -310,3 +310,27 @@ class HttpServer:
         if self.process is not None:
             kill_group(self.process)
             self.process = None
+
+
+async def collect(
+    executor: CodeExecutor,
+    code: str,
+    decide: Callable[[ApprovalRequest], str] = lambda request: "reject",
+    timeout: float | None = 60,
+) -> tuple[list[ApprovalRequest], CodeExecutionResult | CodeExecutionError]:
+    """Run `code` with stream(); `decide` returns "accept", "reject" or "ignore" for each request."""
+    requests: list[ApprovalRequest] = []
+    try:
+        async for item in executor.stream(code, timeout=timeout):
+            if isinstance(item, ApprovalRequest):
+                requests.append(item)
+                decision = decide(item)
+                if decision == "accept":
+                    await item.accept()
+                elif decision == "reject":
+                    await item.reject()
+            elif isinstance(item, CodeExecutionResult):
+                return requests, item
+    except CodeExecutionError as e:
+        return requests, e
+    raise AssertionError("stream() ended without a result")

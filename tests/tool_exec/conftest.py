@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,9 +12,6 @@ import pytest
 from servers.launch import HttpServer, everything_params, nasty_params, node_servers_installed
 
 from ipybox import (
-    ApprovalRequest,
-    CodeExecutionError,
-    CodeExecutionResult,
     CodeExecutor,
     generate_mcp_sources,
 )
@@ -59,30 +56,6 @@ async def executor(workspace: Workspace, _state_dir: Path) -> AsyncIterator[Code
     workspace.register()
     async with CodeExecutor(working_dir=workspace.root, spare_kernel=False) as executor:
         yield executor
-
-
-async def collect(
-    executor: CodeExecutor,
-    code: str,
-    decide: Callable[[ApprovalRequest], str] = lambda request: "reject",
-    timeout: float = 60,
-) -> tuple[list[ApprovalRequest], CodeExecutionResult | CodeExecutionError]:
-    """Run `code` with stream(); `decide` returns "accept", "reject" or "ignore" for each request."""
-    requests: list[ApprovalRequest] = []
-    try:
-        async for item in executor.stream(code, timeout=timeout):
-            if isinstance(item, ApprovalRequest):
-                requests.append(item)
-                decision = decide(item)
-                if decision == "accept":
-                    await item.accept()
-                elif decision == "reject":
-                    await item.reject()
-            elif isinstance(item, CodeExecutionResult):
-                return requests, item
-    except CodeExecutionError as e:
-        return requests, e
-    raise AssertionError("stream() ended without a result")
 
 
 @pytest.fixture

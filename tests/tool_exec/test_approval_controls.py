@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from servers.launch import collect
+
 from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutionResult, CodeExecutor
 
-from .conftest import Workspace, collect
+from .conftest import Workspace
 
 ECHO = "from mcptools.nasty import echo\nprint(echo.run(echo.Params(message='hi')))"
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from servers.launch import eventually, nasty_params
+from servers.launch import collect, eventually, nasty_params
 
 from ipybox import (
     ApprovalRequest,
@@ -21,7 +21,7 @@ from ipybox import (
     generate_mcp_sources,
 )
 
-from .conftest import Workspace, collect
+from .conftest import Workspace
 
 #: Kernel code defining `raw(request)`: one JSON request over the tool server's socket, one reply.
 RAW_CLIENT = """

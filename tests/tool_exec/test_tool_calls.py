@@ -8,7 +8,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from servers.launch import HttpServer, child_pids, eventually, filesystem_params, network_env, unavailable
+from servers.launch import (
+    HttpServer,
+    child_pids,
+    collect,
+    eventually,
+    filesystem_params,
+    network_env,
+    unavailable,
+)
 
 from ipybox import (
     ApprovalRequest,
@@ -20,7 +28,7 @@ from ipybox import (
     generate_mcp_sources,
 )
 
-from .conftest import Workspace, collect, requires_node
+from .conftest import Workspace, requires_node
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NASTY = "nasty_server.py"
