@@ -331,7 +331,7 @@ async def generate_mcp_sources(
     if parts is None:
         base, parts = root_dir, ()
     with _safe_fs.opendir(base, parts, create=True) as root_fd:
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError, _safe_fs.UnsafePathError):
             with _safe_fs.subdir(root_fd, server_name, root_dir / server_name) as existing:
                 for module, extension in _parser_sections(existing).items():
                     if module in modules:
