@@ -66,7 +66,7 @@ def _restore_working_dir(directory: str) -> Callable[..., None]:
             changed = True
         if changed:
             os.chdir(directory)
-            sys.stdout.write(f"[ipybox] working directory changed back to {directory}\n")
+            sys.stdout.write(f"[ipybox] cwd reset to {directory}\n")
 
     return restore
 
@@ -154,9 +154,11 @@ def _guard(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if not _approved:
+            shown = "subprocess" if name.startswith("subprocess.") else f"{name}()"  # upstream's wording
             raise RuntimeError(
-                f"{name}() is disabled in this kernel: start programs with a shell command "
-                "(`!cmd`, `x = !cmd` or a %%bash cell), which the application approves."
+                f"Direct {shown} calls are not allowed: {name}() is disabled in this kernel. Start "
+                "programs with a shell command (`!cmd`, `x = !cmd` or a %%bash cell), which the "
+                "application approves."
             )
         return func(*args, **kwargs)
 
