@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipybox.mcp_apigen.names import UniqueNames, module_name
-from ipybox.mcp_apigen.signature import signature
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines, py_literal, with_notes
+from ipybox.mcp_apigen.signature import signature
 from ipybox.mcp_connect import (
     Placeholders,
     ServerParamsError,
@@ -44,6 +44,15 @@ def run(params: Params) -> {returns}:
 
 run.__doc__ = __doc__
 """
+
+#: `mcptools/__init__.py` of a workspace: keyword search over its tools and saved code actions.
+_ROOT_INIT = '''\
+"""MCP tools of this workspace, one package per server. `search("words")` gives matching signatures."""
+
+from ipybox.mcp_apigen.discover import search
+
+__all__ = ["search"]
+'''
 
 #: Names a server's package defines, which no tool module may take.
 _PACKAGE_NAMES = {"SERVER_NAME", "SERVER_PARAMS", "TOOLS", "package_attributes"}
@@ -211,7 +220,11 @@ async def list_tools(
     async def fetch() -> list[ToolSpec]:
         async with open_session(server_params, env, report=report, source=placeholders.describe()) as session:
             tools = await list_all_tools(session)
-        return [ToolSpec(t.name, t.description, t.input_schema, t.output_schema) for t in tools]
+        outputs = report.output_schemas if report is not None else {}
+        return [
+            ToolSpec(t.name, t.description, t.input_schema, outputs.get(t.name, t.output_schema))
+            for t in tools
+        ]
 
     try:
         return await asyncio.wait_for(fetch(), connect_timeout)
@@ -242,7 +255,9 @@ async def generate_mcp_sources(
 
     Each tool becomes a module with a pydantic `Params` model, a `Result` model (if the tool
     has an output schema; otherwise `run()` returns `str`) and a `run()` function that calls
-    the tool through the executor's tool server. An existing package of that name is replaced.
+    the tool through the executor's tool server. The package's docstring lists every tool's
+    compact signature, and the package exposes its tool modules as attributes. An existing
+    package of that name is replaced.
     The server is registered as trusted in `workspace`, so tool servers (executors) with that
     working directory will start it; by default in the two directories whose kernels import the
     package by its place: `root_dir`'s parent (e.g. the workspace of `workspace/mcptools`) and
@@ -253,8 +268,10 @@ async def generate_mcp_sources(
 
     One malformed tool does not stop the others. A tool the MCP SDK would reject is repaired
     when its meaning is clear: an input schema without `"type"` (e.g. `{}`) is an object (no
-    parameters if it has no properties), and a non-object output schema means the result is
-    text (`str`). Any other such tool, or one whose code cannot be generated, is skipped.
+    parameters if it has no properties). An output schema of another JSON type than object
+    (allowed since protocol 2026-07-28) still gives a typed `Result` (a `ToolValue`, checked
+    against the schema, whichever protocol version the call uses). Any other such tool, or one
+    whose code cannot be generated, is skipped.
 
     Returns the module names, one per generated tool, as a `GeneratedModules` list whose
     `skipped` attribute maps each skipped tool to why and `repaired` each repaired tool to
@@ -288,9 +305,14 @@ async def generate_mcp_sources(
         if module in modules:
             modules[module] += "\n\n" + extension
     root_dir.mkdir(parents=True, exist_ok=True)
+    root_init = root_dir / "__init__.py"
+    if root_dir.name == "mcptools" and not root_init.exists():  # a workspace's: `from mcptools import search`
+        root_init.write_text(_ROOT_INIT, encoding="utf-8")
     staging = Path(tempfile.mkdtemp(prefix=f".{server_name}-", dir=root_dir))
     try:
-        (staging / "__init__.py").write_text(_init_source(server_name, server_params, signatures), encoding="utf-8")
+        (staging / "__init__.py").write_text(
+            _init_source(server_name, server_params, signatures), encoding="utf-8"
+        )
         for module, source in modules.items():
             (staging / f"{module}.py").write_text(source, encoding="utf-8")
         target = root_dir / server_name

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 from pydantic._internal._model_construction import ModelMetaclass
+from pydantic.root_model import _RootModelMetaclass
 from pydantic_core import PydanticCustomError, core_schema
 
 from ipybox.tool_exec.client import ToolRunner
@@ -206,7 +207,7 @@ def _argument_error(cls: type[BaseModel], error: ValidationError, data: Any) -> 
     return _rebuild(ToolArgumentError, error, message)
 
 
-class _ToolModelMeta(ModelMetaclass):
+class _RaisesArgumentErrors(type):
     """Turns validation errors of `Model(...)` into `ToolArgumentError`.
 
     Hooked at the class call, not `__init__`: pydantic calls a custom `__init__` when it
@@ -219,6 +220,14 @@ class _ToolModelMeta(ModelMetaclass):
             return super().__call__(*args, **kwargs)
         except ValidationError as e:
             raise _argument_error(cls, e, kwargs) from None  # type: ignore[arg-type]
+
+
+class _ToolModelMeta(_RaisesArgumentErrors, ModelMetaclass):
+    """The metaclass of generated object models."""
+
+
+class _ToolRootMeta(_RaisesArgumentErrors, _RootModelMetaclass):
+    """The metaclass of generated models of other values (`ToolValue`, `ToolMap`)."""
 
 
 #: Fields accept their Python names and the tool's own (aliased) names; the wire uses the latter.
@@ -272,7 +281,7 @@ class Closed(ToolModel):
 _V = TypeVar("_V")
 
 
-class ToolValue(RootModel[_V], Generic[_V], metaclass=_ToolModelMeta):
+class ToolValue(RootModel[_V], Generic[_V], metaclass=_ToolRootMeta):
     """A checked result that is not an object (a list, a string, a number): the value is `.root`.
 
     Lists and strings can be indexed, iterated and measured (`len`) directly.
@@ -290,7 +299,7 @@ class ToolValue(RootModel[_V], Generic[_V], metaclass=_ToolModelMeta):
         return cast("Any", self.root)[key]
 
 
-class ToolMap(RootModel[dict[str, _V]], Mapping[str, _V], Generic[_V], metaclass=_ToolModelMeta):
+class ToolMap(RootModel[dict[str, _V]], Mapping[str, _V], Generic[_V], metaclass=_ToolRootMeta):
     """A checked object whose keys are data (`additionalProperties` only): a read-only mapping.
 
     Every value is checked against the schema; it passes wherever a `dict` of the same values
@@ -449,24 +458,23 @@ def call(params_type: type[_P], params: _P | Mapping[str, Any], result_type: typ
     result = binding.runner.run_sync(binding.tool_name, args)
     if result_type is str:
         return cast("_R", result if isinstance(result, str) else str(result))
-    if isinstance(result, str) and issubclass(result_type, RootModel):
-        # A non-object result reaches the kernel as text (its JSON) on protocol versions before
-        # 2026-07-28, which allow only objects as structured content.
-        result = _json_or_text(result)
-    return cast("_R", parse_result(cast("type[BaseModel]", result_type), result, binding.tool_name))
-
-
-def _json_or_text(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+    model = cast("type[BaseModel]", result_type)
+    if isinstance(result, str) and issubclass(model, RootModel):
+        # A non-object result reaches the kernel as text (its JSON, or a string as it is) on
+        # protocol versions before 2026-07-28, which allow only objects as structured content.
+        try:
+            return cast("_R", model.__pydantic_validator__.validate_python(json.loads(result)))
+        except ValueError:
+            pass
+    return cast("_R", parse_result(model, result, binding.tool_name))
 
 
 # --- the package of a server ------------------------------------------------------------------
 
 
-def package_attributes(package: str, tools: list[str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def package_attributes(
+    package: str, tools: list[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """`__getattr__` and `__dir__` for a server's package: its tool modules, imported on first use."""
 
     def getattr_(name: str) -> Any:

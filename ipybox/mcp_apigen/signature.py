@@ -45,8 +45,8 @@ class _Renderer:
     def params(self, schema: Any) -> str:
         if not isinstance(schema, dict):
             return ""
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        properties: dict[str, Any] = _get(schema, "properties", dict)
+        required: list[Any] = _get(schema, "required", list)
         parts = []
         for prop, prop_schema in sorted(properties.items(), key=lambda item: item[0] not in required):
             text = f"{field_name(str(prop))}: {self.type(prop_schema, 1)}"
@@ -92,7 +92,7 @@ class _Renderer:
         if isinstance(properties, dict) and properties:
             if depth >= _MAX_DEPTH:
                 return "{...}"
-            required = schema.get("required") if isinstance(schema.get("required"), list) else []
+            required: list[Any] = _get(schema, "required", list)
             fields = [
                 f"{field_name(str(p))}{'' if p in required else '?'}: {self.type(s, depth + 1)}"
                 for p, s in properties.items()
@@ -106,8 +106,16 @@ class _Renderer:
     def _resolve(self, ref: str) -> Any:
         target: Any = self._root
         for part in ref.lstrip("#").strip("/").split("/") if ref != "#" else []:
-            target = target.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(target, dict) else None
+            target = (
+                target.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(target, dict) else None
+            )
         return target
+
+
+def _get(schema: dict[str, Any], key: str, kind: type[Any]) -> Any:
+    """`schema[key]` if it is a `kind`, else an empty `kind`."""
+    value = schema.get(key)
+    return value if isinstance(value, kind) else kind()
 
 
 def _short(value: Any) -> str:

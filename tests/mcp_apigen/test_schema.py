@@ -15,6 +15,7 @@ from ipybox.mcp_apigen.generate import ToolGenerationError, ToolSpec, tool_modul
 from ipybox.mcp_apigen.names import UniqueNames, class_name, identifier, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines
 
+
 def squash(text: str) -> str:
     return " ".join(text.replace("\r\n", "\n").split())
 
@@ -144,7 +145,10 @@ def test_string_enum_becomes_an_enum_class() -> None:
     values = ["a-b", "c d", "1x", "class", "", "name", "value", "_private", "mro"]
     assert writer.annotation({"type": "string", "enum": values}, "Kind") == "Kind"
     namespace: dict[str, Any] = {}
-    exec(compile(import_lines(writer.source) + "\n" + writer.source, "<enum>", "exec", dont_inherit=True), namespace)
+    exec(
+        compile(import_lines(writer.source) + "\n" + writer.source, "<enum>", "exec", dont_inherit=True),
+        namespace,
+    )
     kind = namespace["Kind"]
     assert [m.value for m in kind] == values
     for member in kind:
@@ -241,7 +245,9 @@ def test_refs_define_one_model_each_and_recursion_works() -> None:
         for v in namespace.values()
         if isinstance(v, type) and issubclass(v, BaseModel) and v is not BaseModel
     ]
-    assert {m.__name__ for m in models if m is not params} - {"RootModel", "ToolModel", "Open", "Closed"} == {"Node"}
+    assert {m.__name__ for m in models if m is not params} - {"RootModel", "ToolModel", "Open", "Closed"} == {
+        "Node"
+    }
 
 
 def test_self_reference_to_the_root() -> None:
