@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import re
+import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,11 +283,16 @@ async def open_session(
     stderr: StderrTail | None = None
     async with contextlib.AsyncExitStack() as stack:
         if kind == "stdio":
+            # never the current directory, which may be the kernel-writable workspace: a planted
+            # node_modules/, srv.py or .npmrc there would run with the server, on the host
+            cwd = resolved.get("cwd")
+            if not cwd:
+                cwd = stack.enter_context(tempfile.TemporaryDirectory(prefix="ipybox-mcp-"))
             server = StdioServerParameters(
                 command=resolved["command"],
                 args=resolved.get("args", []),
                 env=passed_through_env() | (resolved.get("env") or {}),
-                cwd=resolved.get("cwd"),
+                cwd=cwd,
             )
             stderr = stack.enter_context(StderrTail())
             read, write = await stack.enter_async_context(stdio_client(server, errlog=stderr.file))
