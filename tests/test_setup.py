@@ -1,5 +1,5 @@
-"""`scripts/setup` (which `scripts/demo` and `scripts/test` run first) on a stock Debian: its
-Python refuses `pip install` (PEP 668), uv is not installed, HOME is fresh."""
+"""`scripts/demo` (and the `scripts/setup` it and `scripts/test` run first) on a stock Debian:
+its Python refuses `pip install` (PEP 668), uv is not installed, HOME is fresh."""
 
 from __future__ import annotations
 
@@ -14,7 +14,16 @@ from servers.launch import network_env
 REPO = Path(__file__).resolve().parent.parent
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 #: What `scripts/setup` needs of a clone (`uv sync` builds the project itself).
-CLONE = ["scripts", "ipybox", "gentools_template", "pyproject.toml", "uv.lock", "README.md", "package.json"]
+CLONE = [
+    "scripts",
+    "examples",
+    "ipybox",
+    "gentools_template",
+    "pyproject.toml",
+    "uv.lock",
+    "README.md",
+    "package.json",
+]
 
 
 def externally_managed() -> bool:
@@ -31,7 +40,7 @@ def externally_managed() -> bool:
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not externally_managed(), reason="needs a system python3 that refuses pip (PEP 668)")
 @pytest.mark.skipif(not (REPO / "node_modules" / ".bin").is_dir(), reason="node MCP servers not installed")
-def test_setup_installs_uv_where_the_system_python_refuses_pip(tmp_path: Path) -> None:
+def test_demo_script_on_a_fresh_home(tmp_path: Path) -> None:
     clone, home, bin_dir = tmp_path / "ipybox", tmp_path / "home", tmp_path / "bin"
     for name in CLONE:
         (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, clone / name)
@@ -55,8 +64,15 @@ def test_setup_installs_uv_where_the_system_python_refuses_pip(tmp_path: Path) -
     )
     assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr  # the old advice
 
-    done = subprocess.run(["scripts/setup"], cwd=clone, env=env, capture_output=True, text=True, timeout=280)
+    workspace = tmp_path / "demo"
+    env["IPYBOX_STATE_DIR"] = str(tmp_path / "state")
+    demo = ["scripts/demo", "--workspace", str(workspace)]  # the README's command (in a temp workspace)
+    done = subprocess.run(
+        demo, cwd=clone, env=env, input="Y\n" * 4, capture_output=True, text=True, timeout=280
+    )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("approve everything.") == 4
+    assert "3. Result returned to the agent:" in done.stdout and "Echo: warmest city:" in done.stdout
     uv = home / ".local" / "share" / "ipybox" / "uv-venv" / "bin" / "uv"
     assert uv.is_file()
     imported = subprocess.run(
