@@ -105,12 +105,17 @@ def create_file(path: Path, data: bytes, trusted: Path) -> None:
             f.write(data)
         return
     with opendir(trusted, parts[:-1], create=True) as fd:
-        try:
-            out = os.open(parts[-1], _NEW, 0o666, dir_fd=fd)
-        except OSError as e:
-            raise _refuse(path, e) from None
-        with os.fdopen(out, "wb") as f:
-            f.write(data)
+        write_new(fd, parts[-1], data, path)
+
+
+def write_new(fd: int, name: str, data: bytes, path: Path) -> None:
+    """Create the new file `name` in directory `fd` (`FileExistsError` if anything is there)."""
+    try:
+        out = os.open(name, _NEW, 0o666, dir_fd=fd)
+    except OSError as e:
+        raise _refuse(path, e) from None
+    with os.fdopen(out, "wb") as f:
+        f.write(data)
 
 
 def replace_file(fd: int, name: str, source: BinaryIO) -> None:
