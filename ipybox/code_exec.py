@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from ipybox.errors import IpyboxError
 from ipybox.kernel_mgr import transfer
 from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.gateway import (
@@ -56,7 +57,7 @@ class CodeExecutionResult:
     images: list[Path] = field(default_factory=list)
 
 
-class CodeExecutionError(Exception):
+class CodeExecutionError(IpyboxError):
     """The code raised, a tool call was rejected or failed, or the kernel died.
 
     The message is the kernel's traceback (plain text); `output` holds what the code printed
@@ -120,7 +121,7 @@ class CodeExecutor:
         connect_timeout: float = 30,
         sandbox: bool = False,
         sandbox_config: Path | None = None,
-        log_level: str = "WARNING",
+        log_level: str | None = None,
         *,
         approve_tool_calls: bool = True,
         approve_shell_cmds: bool = False,
@@ -193,7 +194,8 @@ class CodeExecutor:
         self._kernels: KernelSupervisor | None = None
         self._lock = asyncio.Lock()
         self._cancel: asyncio.Event | None = None  # set by cancel() while an execution runs
-        logging.getLogger("ipybox").setLevel(log_level)
+        if log_level is not None:  # a library leaves logging alone unless asked
+            logging.getLogger("ipybox").setLevel(log_level)
 
     async def __aenter__(self) -> CodeExecutor:
         await self.start()

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from dotenv import dotenv_values
 from dotenv.variables import parse_variables
 
+from ipybox.errors import IpyboxError
+
 if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp.types import Tool
@@ -26,7 +28,7 @@ _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SECRET_PLACES = "elements of 'args' and values of 'env' and 'headers'"
 
 
-class ServerParamsError(ValueError):
+class ServerParamsError(IpyboxError, ValueError):
     """Server parameters are malformed or reference a variable that is not set."""
 
 

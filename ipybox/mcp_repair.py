@@ -22,6 +22,8 @@ from mcp.types.jsonrpc import JSONRPCError, JSONRPCRequest, JSONRPCResponse
 from mcp.types.methods import SERVER_RESULTS, validate_server_result
 from pydantic import ValidationError
 
+from ipybox.errors import IpyboxError
+
 if TYPE_CHECKING:
     from mcp.client._transport import ReadStream, WriteStream
 
@@ -42,7 +44,7 @@ class ToolReport:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-class UnusableToolError(Exception):
+class UnusableToolError(IpyboxError):
     """A tool definition that cannot be repaired; the message says why."""
 
 

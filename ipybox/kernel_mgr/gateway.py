@@ -28,6 +28,7 @@ import httpx2
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from ipybox.errors import IpyboxError
 from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
 from ipybox.kernel_mgr.kernel import KernelDied, KernelReply
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
@@ -39,6 +40,7 @@ GATEWAY_TOKEN_VAR = "IPYBOX_KERNEL_GATEWAY_TOKEN"
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: The modules generated code and ipybox's kernel set-up need, copied into each remote kernel.
 KERNEL_MODULES = (
+    "errors.py",
     "tool_exec/client.py",
     "mcp_apigen/runtime.py",
     "kernel_mgr/in_kernel.py",
@@ -49,7 +51,7 @@ _PACKAGE_INITS = ("__init__.py", "tool_exec/__init__.py", "mcp_apigen/__init__.p
 _MIRROR_BATCH = 2 << 20
 
 
-class GatewayError(RuntimeError):
+class GatewayError(IpyboxError, RuntimeError):
     """The kernel gateway could not be reached, refused the request, or failed to start a kernel."""
 
 

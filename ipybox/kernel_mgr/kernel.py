@@ -18,6 +18,7 @@ from typing import Any
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
+from ipybox.errors import IpyboxError
 from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
 from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits, fallback
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
@@ -35,7 +36,7 @@ _KERNEL_OPTIONS = (
 )
 
 
-class KernelDied(Exception):
+class KernelDied(IpyboxError):
     """The kernel process exited while a request was outstanding.
 
     `cause`, when known (the memory limit), replaces the guess made from the exit status.

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ipybox.errors import IpyboxError
 from ipybox.mcp_apigen.names import UniqueNames, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines, py_literal
 from ipybox.mcp_connect import (
@@ -103,7 +104,7 @@ _MODULE_NAMES = {
 PARSER_MARKER = "# --- ipybox: output parser (kept when the API is regenerated) ---"
 
 
-class ToolGenerationError(Exception):
+class ToolGenerationError(IpyboxError):
     """The code for a tool could not be generated; the message names the tool."""
 
 

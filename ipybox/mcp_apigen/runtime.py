@@ -16,6 +16,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic._internal._model_construction import ModelMetaclass
 from pydantic_core import PydanticCustomError, core_schema
 
+from ipybox.errors import IpyboxError
+
 __all__ = [
     "Email",
     "OneOf",
@@ -57,7 +59,7 @@ _MAX_VALUE = 80
 _E = TypeVar("_E", bound="_ReadableError")
 
 
-class _ReadableError(ValidationError):
+class _ReadableError(IpyboxError, ValidationError):
     """A pydantic `ValidationError` (so `errors()` lists the details) with a message for people."""
 
     message: str

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ipybox.errors import IpyboxError
 from ipybox.mcp_connect import describe_error, list_all_tools, open_session
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ToolCallError(Exception):
+class ToolCallError(IpyboxError):
     """A tool call could not be completed; the message is meant for the caller's code.
 
     `rejected` says the application rejected it (the kernel raises `ApprovalRejectedError`).
