@@ -191,18 +191,15 @@ def main(argv: list[str] | None = None) -> None:
     os.chdir(workspace)  # the kernel's working directory, and where `.env` is read
     load_dotenv(workspace / ".env", override=False)
 
+    from ipybox.kernel_mgr.gateway import gateway_option_problem
     from ipybox.mcp_server import ServerOptions, create_server
     from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
         args.sandbox_config = workspace / WORKSPACE_CONFIG
-    if args.sandbox and args.kernel_gateway:
-        sys.exit("ipybox: --sandbox applies to local kernels; gateway kernels are isolated by the gateway")
-    if args.kernel_gateway and (args.memory_limit is not None or args.process_limit is not None):
-        sys.exit(
-            "ipybox: --memory-limit and --process-limit apply to local kernels; limit gateway kernels "
-            "where the gateway launches them (e.g. the kernel pod's resources)"
-        )
+    limits = ResourceLimits(memory=args.memory_limit, processes=args.process_limit)
+    if args.kernel_gateway and (problem := gateway_option_problem(args.sandbox, limits)):
+        sys.exit(f"ipybox: {problem}")
     if args.sandbox:
         try:
             check_sandbox(args.sandbox_config)
@@ -214,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         sandbox=args.sandbox,
         sandbox_config=args.sandbox_config,
         per_session=args.transport != "stdio",
-        limits=ResourceLimits(memory=args.memory_limit, processes=args.process_limit),
+        limits=limits,
         audit_log=args.audit_log.expanduser().resolve() if args.audit_log else None,
         allow_env=tuple(dict.fromkeys(name for names in args.allow_env for name in names)),
         kernel_gateway=args.kernel_gateway,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from internals import kernels
 from servers.gateways import (
     ENTERPRISE_GATEWAY,
     KERNEL_GATEWAY,
@@ -153,7 +154,7 @@ async def test_reset_swaps_in_the_warm_spare_and_stop_deletes_kernels(
     before = set(_kernels(gateway))
     async with _executor(gateway, tmp_path) as executor:
         await executor.execute("x = 1")
-        await executor._require_kernels().spare_ready()
+        await kernels(executor).spare_ready()
         assert len(set(_kernels(gateway)) - before) == 2  # the kernel and its spare
         started = time.monotonic()
         await executor.reset()
