@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import re
+import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,11 +280,13 @@ async def open_session(
     resolved = resolve(params, env, source)
     async with contextlib.AsyncExitStack() as stack:
         if kind == "stdio":
+            # never the current directory, which may be the kernel-writable workspace: a planted
+            # node_modules/, srv.py or .npmrc there would run with the server, on the host
+            cwd = resolved.get("cwd")
+            if not cwd:
+                cwd = stack.enter_context(tempfile.TemporaryDirectory(prefix="ipybox-mcp-"))
             server = StdioServerParameters(
-                command=resolved["command"],
-                args=resolved.get("args", []),
-                env=resolved.get("env"),
-                cwd=resolved.get("cwd"),
+                command=resolved["command"], args=resolved.get("args", []), env=resolved.get("env"), cwd=cwd
             )
             with open(os.devnull, "w") as devnull:
                 read, write = await stack.enter_async_context(stdio_client(server, errlog=devnull))

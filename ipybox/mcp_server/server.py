@@ -7,11 +7,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import shlex
-import shutil
 import signal
-import sys
 import threading
 import warnings
 import weakref
@@ -30,6 +27,7 @@ from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecuti
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.mcp_apigen import generate_mcp_sources
 from ipybox.mcp_connect import PlaceholderError, placeholder_names
+from ipybox.mcp_server import packages
 from ipybox.mcp_server.output import truncate
 from ipybox.tool_exec.audit import AuditLog
 
@@ -40,7 +38,6 @@ KERNEL_ENV_PREFIX = "KERNEL_ENV_"
 STREAM_LIMIT = 1_000_000
 _STREAM_STOPPED = "[ipybox: live output stopped here; the result keeps the head and tail of the output]"
 _LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-_PACKAGE_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+:/@#%&?]*$")
 
 INSTRUCTIONS = """\
 ipybox runs Python in a stateful IPython kernel (variables persist between calls) in the
@@ -315,12 +312,10 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
         install runs outside the kernel (and its sandbox), so it works without network access
         from code. Import the package in execute_ipython_cell afterwards.
         """
-        spec = package_name.strip()
-        if not spec or not _PACKAGE_SPEC.match(spec) or _is_local_path(spec):
-            raise ToolError(
-                f"Not a package requirement: {package_name!r}. Give a name with an optional version "
-                "(e.g. 'numpy>=1.26') or a git+https:// URL; local paths are not installed."
-            )
+        try:
+            spec = packages.check_requirement(package_name)
+        except packages.RequirementError as e:
+            raise ToolError(str(e)) from None
         if options.kernel_gateway is not None:  # the kernel's environment is on the gateway's side
             executor = await workspace.executor(session_of(ctx))
             try:
@@ -328,7 +323,12 @@ def create_server(options: ServerOptions) -> MCPServer[Any]:
             except (CodeExecutionError, TimeoutError) as e:
                 raise ToolError(f"Installing {spec!r} in the kernel failed:\n{str(e)[-3000:]}") from None
             return f"Installed {spec!r} in the kernel.\n{(result.text or '')[-1000:]}"
-        return await _pip_install(spec)
+        try:
+            return await packages.install(spec)
+        except TimeoutError:
+            raise ToolError(f"Installing {spec!r} took longer than 10 minutes and was stopped.") from None
+        except RuntimeError as e:
+            raise ToolError(str(e)) from None
 
     @server.tool()
     async def reset(ctx: Context[Any, Any]) -> str:
@@ -416,13 +416,6 @@ class _SharedSession:
     """Stands for the single client of a server without per-session kernels."""
 
 
-def _is_local_path(spec: str) -> bool:
-    """Whether pip would read `spec` from the filesystem (code the kernel may have written)."""
-    if "://" in spec:
-        return spec.split("://", 1)[0].lower().endswith("file")
-    return spec.startswith((".", "/", "~")) or "/" in spec.split("@", 1)[0]
-
-
 def _forget_modules(server_name: str) -> str:
     return (
         "import sys as _s, importlib as _i\n"
@@ -438,28 +431,3 @@ def _summary(module: Path) -> str:
         doc = ast.get_docstring(ast.parse(module.read_text())) or ""
         return doc.strip().splitlines()[0][:200] if doc.strip() else "(no description)"
     return "(no description)"
-
-
-async def _pip_install(spec: str) -> str:
-    """Install into this interpreter's environment: uv if present (uvx envs have no pip), else pip."""
-    uv = shutil.which("uv")
-    if uv:
-        argv = [uv, "pip", "install", "--python", sys.executable, spec]
-    else:
-        argv = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", spec]
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        stdin=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        out, _ = await asyncio.wait_for(process.communicate(), 600)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise ToolError(f"Installing {spec!r} took longer than 10 minutes and was stopped.") from None
-    text = out.decode(errors="replace").strip()
-    if process.returncode != 0:
-        raise ToolError(f"Installing {spec!r} failed:\n{text[-3000:]}")
-    return f"Installed {spec!r}.\n{text[-1000:]}"
