@@ -470,3 +470,52 @@ async def test_stop_during_execution_fails_it_and_starts_no_kernel(tmp_path: Pat
         await asyncio.wait_for(task, 10)
     await asyncio.sleep(0.5)  # no replacement kernel is started after the stop
     assert await eventually(lambda: child_pids() <= before), child_pids() - before
+
+
+# --- cancel() ------------------------------------------------------------------------------------
+
+LONG = "import time\ntime.sleep(600)"
+
+
+async def _items(stream: object) -> list[object]:
+    return [item async for item in stream]  # type: ignore[attr-defined]
+
+
+async def test_cancel_before_the_stream_starts_is_not_lost(executor: CodeExecutor) -> None:
+    await executor.execute("kept = 7")
+    task = asyncio.create_task(_items(executor.stream(LONG)))  # not started yet: no lock, no kernel
+    await executor.cancel()
+    assert await asyncio.wait_for(task, 60) == []
+    assert (await executor.execute("print(kept)")).text == "7"
+
+
+async def test_cancel_reaches_a_stream_waiting_for_the_executor(executor: CodeExecutor) -> None:
+    first = asyncio.create_task(_items(executor.stream(LONG)))
+    second = asyncio.create_task(_items(executor.stream("print('second')")))
+    assert await eventually(lambda: busy(executor))  # the first holds the executor, the second waits
+    await executor.cancel()
+    assert await asyncio.wait_for(first, 60) == [] and await asyncio.wait_for(second, 60) == []
+    assert (await executor.execute("print('after')")).text == "after"
+
+
+async def test_cancel_before_execute_runs_returns_an_empty_result(executor: CodeExecutor) -> None:
+    call = executor.execute("print('never')\n" + LONG)
+    await executor.cancel()
+    assert await asyncio.wait_for(call, 60) == CodeExecutionResult(None)
+
+
+async def test_a_cancelled_cell_never_yields_a_result(executor: CodeExecutor) -> None:
+    """Cancelled as its last output arrives, the cell has often finished already: still no result."""
+    for _ in range(5):
+        seen: list[object] = []
+        async for item in executor.stream("print('last', flush=True)", chunks=True):
+            seen.append(item)
+            if isinstance(item, CodeExecutionChunk):
+                await executor.cancel()
+        assert [type(item) for item in seen] == [CodeExecutionChunk]
+
+
+async def test_cancel_after_the_result_changes_nothing(executor: CodeExecutor) -> None:
+    assert (await executor.execute("print('done')")).text == "done"
+    await executor.cancel()  # nothing runs: no effect on what comes next
+    assert (await executor.execute("print('next')")).text == "next"
