@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -392,3 +393,15 @@ async def test_download_refuses_paths_a_lying_kernel_reports(executor: CodeExecu
     with pytest.raises(PermissionError, match="outside the download target"):
         await executor.download("lying", tmp_path / "target")
     assert not escape.exists()
+
+
+async def test_a_kernel_image_without_pydantic_is_told_what_to_add(
+    gateway: GatewayProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = gateway.add_kernelspec("python3-without-pydantic", hide=("pydantic",))
+    with caplog.at_level(logging.WARNING, logger="ipybox"):
+        async with _executor(gateway, tmp_path, kernel_name=name, spare_kernel=False) as executor:
+            assert (await executor.execute("print(1 + 1)")).text == "2"  # code without tools runs
+            with pytest.raises(CodeExecutionError, match=r"lacks pydantic.*pip install 'pydantic"):
+                await executor.execute("import ipybox.mcp_apigen.runtime")
+    assert "lacks pydantic" in caplog.text and name in caplog.text
