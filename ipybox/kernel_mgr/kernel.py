@@ -22,6 +22,7 @@ from ipybox.errors import IpyboxError
 from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
 from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits, fallback
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
+from ipybox.upstream import adopt_kernel_info
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class Kernel:
                 await client.get_iopub_msg(timeout=0.2)  # iopub_welcome or status: iopub is connected
             except Empty:
                 continue
-            client._handle_kernel_info_reply(reply)
+            adopt_kernel_info(client, reply)
             return
 
     @staticmethod

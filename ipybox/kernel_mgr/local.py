@@ -11,7 +11,13 @@ from ipybox.kernel_mgr.in_kernel import WORKING_DIR_VAR
 from ipybox.kernel_mgr.kernel import Kernel, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.runtime_dir import make_runtime_dir, remove_runtime_dir
-from ipybox.sandbox import check_sandbox, sandbox_command
+from ipybox.sandbox import (
+    check_sandbox,
+    import_paths,
+    release_sandbox,
+    sandbox_command,
+    sandboxed_environment,
+)
 from ipybox.tool_exec.client import ENDPOINT_VAR
 
 
@@ -57,8 +63,9 @@ class LocalBackend:
                 settings.working_dir,
                 [settings.audit_log] if settings.audit_log is not None else [],
                 reachable=[endpoint.path],
+                readable=import_paths(settings.env),
             )
-            env = _sandboxed_env(env, kernels_dir)
+            env = sandboxed_environment(env, kernels_dir)  # temp, cache and IPython dirs in it
         cwd, limits = settings.working_dir, self.limits
         return lambda: Kernel(kernels_dir, cwd, env, prefix, limits)
 
@@ -75,20 +82,7 @@ class LocalBackend:
         return self._settings.working_dir
 
     async def close(self) -> None:
+        if self.runtime_dir is not None:
+            release_sandbox(self.runtime_dir)  # its kernels are gone: remove the placeholders
         remove_runtime_dir(self.runtime_dir)
         self.runtime_dir = None
-
-
-def _sandboxed_env(env: dict[str, str], kernels_dir: Path) -> dict[str, str]:
-    """`env` with a temporary directory and IPython/Jupyter state the sandbox lets the kernel write."""
-    # srt sets the kernel's TMPDIR to $CLAUDE_CODE_TMPDIR, else to a /tmp/claude that need not
-    # exist; without a writable TMPDIR ipykernel cannot run a cell unless "." is writable.
-    (kernels_dir / "tmp").mkdir(exist_ok=True)
-    env = {"CLAUDE_CODE_TMPDIR": str(kernels_dir / "tmp")} | env
-    # IPython and Jupyter keep their state here instead of in ~/.ipython, which the sandbox may
-    # not write: files there would run in later, unsandboxed sessions.
-    return env | {
-        "IPYTHONDIR": str(kernels_dir / "ipython"),
-        "JUPYTER_CONFIG_DIR": str(kernels_dir / "jupyter"),
-        "JUPYTER_DATA_DIR": str(kernels_dir / "jupyter"),
-    }

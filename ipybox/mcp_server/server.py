@@ -26,7 +26,7 @@ from ipybox._version import __version__
 from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.mcp_apigen import generate_mcp_sources
-from ipybox.mcp_connect import PlaceholderError, placeholder_names
+from ipybox.mcp_client.placeholders import PlaceholderError, placeholder_names
 from ipybox.mcp_server import packages
 from ipybox.mcp_server.output import truncate
 from ipybox.tool_exec.audit import AuditLog

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ipybox.mcp_connect import redact
+from ipybox.mcp_client.placeholders import redact
 
 _MAX_FIELD = 2000
 

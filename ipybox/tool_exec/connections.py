@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ipybox.errors import IpyboxError
-from ipybox.mcp_connect import describe_error, list_all_tools, open_session
+from ipybox.mcp_client.session import describe_error, list_all_tools, open_session
 
 if TYPE_CHECKING:
     from mcp import ClientSession

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_connect import PlaceholderError, Placeholders, placeholder_values, redact, resolve
+from ipybox.mcp_client.placeholders import PlaceholderError, Placeholders, placeholder_values, redact, resolve
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
