@@ -32,6 +32,12 @@ SPEC_PATHS = [
     ("ipybox.mcp_repair", "UnusableToolError ToolRepair repair_tool"),
     ("ipybox.kernel_mgr.gateway", "GatewayConfig GatewayError GatewayKernel DirectoryMirror"),
     ("ipybox.kernel_mgr.limits", "ResourceLimits"),
+    # the kernel-backend seam (`CodeExecutor(backend=...)`, docs/architecture.md)
+    ("ipybox.kernel_mgr.backend", "KernelBackend KernelSettings ToolEndpoint ToolListener KernelStartError"),
+    ("ipybox.kernel_mgr.local", "LocalBackend"),
+    ("ipybox.kernel_mgr.gateway", "GatewayBackend"),
+    ("ipybox.mcp_client.session", "open_session list_all_tools"),
+    ("ipybox.errors", "IpyboxError"),
 ]
 
 

@@ -20,6 +20,8 @@ from ipybox.kernel_mgr.in_kernel import APPROVE_SHELL_VAR, REQUIRE_SHELL_ESCAPE_
 from ipybox.kernel_mgr.kernel import KernelReply
 from ipybox.kernel_mgr.output import KernelEvent
 
+#: Receives a kernel's output events as they come.
+OnEvent = Callable[[KernelEvent], None]
 #: Kernels have no terminal: programs that colour their output should not.
 _QUIET_TERMINAL = {"NO_COLOR": "1"}
 
@@ -85,11 +87,7 @@ class KernelLike(Protocol):
     async def start(self, timeout: float = 30) -> None: ...
 
     async def execute(
-        self,
-        code: str,
-        on_event: Callable[[KernelEvent], None],
-        deadline: Deadline,
-        interrupt_grace: float = 5,
+        self, code: str, on_event: OnEvent, deadline: Deadline, interrupt_grace: float = 5
     ) -> KernelReply: ...
 
     async def stop(self, grace: float = 2) -> None: ...

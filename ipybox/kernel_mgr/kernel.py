@@ -19,8 +19,9 @@ from typing import Any
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
 from ipybox.errors import IpyboxError
+from ipybox.kernel_mgr.cgroup import KernelCgroup, fallback
 from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
-from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits, fallback
+from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
 from ipybox.upstream import adopt_kernel_info
 

@@ -21,8 +21,9 @@ from internals import kernel_pid, kernels
 from servers.launch import chromium_dump_dom, eventually, require_cgroups, require_chromium
 
 from ipybox import CodeExecutionError, CodeExecutor
-from ipybox.kernel_mgr import limits as limits_module
-from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits, fallback, format_size
+from ipybox.kernel_mgr import cgroup as cgroup_module
+from ipybox.kernel_mgr.cgroup import KernelCgroup, fallback
+from ipybox.kernel_mgr.limits import ResourceLimits, format_size
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -242,7 +243,7 @@ async def test_cgroups_of_gone_kernels_are_removed(tmp_path: Path) -> None:
 async def test_without_cgroups_limits_fall_back_to_rlimits_with_one_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(limits_module, "CGROUP_ROOT", tmp_path / "no-cgroups")
+    monkeypatch.setattr(cgroup_module, "CGROUP_ROOT", tmp_path / "no-cgroups")
     limits = ResourceLimits(memory=3 * GIB // 2, processes=10_000)
     assert KernelCgroup.create(limits) is None
     caplog.set_level(logging.WARNING, logger="ipybox")

@@ -25,6 +25,7 @@ import httpx2
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from ipybox.kernel_mgr.backend import OnEvent
 from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
 from ipybox.kernel_mgr.gateway.config import GatewayConfig, GatewayError
 from ipybox.kernel_mgr.gateway.mirror import DirectoryMirror
@@ -216,11 +217,7 @@ class GatewayKernel:
         return "".join(chunks)
 
     async def execute(
-        self,
-        code: str,
-        on_event: Callable[[KernelEvent], None],
-        deadline: Deadline,
-        interrupt_grace: float = 5,
+        self, code: str, on_event: OnEvent, deadline: Deadline, interrupt_grace: float = 5
     ) -> KernelReply:
         """Run `code` like `Kernel.execute`, after bringing the mirrored packages up to date."""
         if self._mirror is not None:

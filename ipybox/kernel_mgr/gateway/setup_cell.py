@@ -13,6 +13,7 @@ KERNEL_MODULES = (
     "errors.py",
     "tool_exec/client.py",
     "mcp_apigen/runtime.py",
+    "mcp_apigen/discover.py",
     "kernel_mgr/in_kernel.py",
     "kernel_mgr/kernel_files.py",
 )
