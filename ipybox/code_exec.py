@@ -46,18 +46,18 @@ class CodeExecutor:
     a cell that changes directory is moved back after it ends; without, it starts in the current
     directory and a change persists. `approval_timeout=None` waits for decisions for ever.
 
-    Tool servers start only MCP servers registered for `working_dir` (the workspace). Their
-    `${VAR}` placeholders take values from `working_dir/.env` and the environment (only the
-    names in `allow_env`, if given), or from `placeholder_env` alone (see docs/tool-calls.md).
+    Tool servers start only MCP servers registered for `working_dir` or (local kernels) for a
+    directory on `kernel_env`'s `PYTHONPATH`; their `${VAR}` placeholders take values from
+    `working_dir/.env` and the environment (only `allow_env`'s names, if given), or from
+    `placeholder_env` alone (see docs/tool-calls.md).
 
-    Kernels live where `backend` puts them (a `KernelBackend`, see docs/architecture.md). By
-    default that is a local subprocess driven over ipc sockets, or, with `kernel_gateway_url` (or
-    `kernel_gateway_host` and `kernel_gateway_port`), a kernel on that Jupyter Kernel Gateway or
-    Enterprise Gateway (kernelspec `kernel_name`, token `kernel_gateway_token`, default:
-    `IPYBOX_KERNEL_GATEWAY_TOKEN`), whose tool calls reach the tool server over TCP at
-    `tool_server_host:tool_server_port` (default: any free port), as the kernels see it from
-    `kernel_tool_server_host`, with a per-executor secret (see docs/remote-kernels.md). With
-    `tool_server_port` set, a local executor's tool server also listens on TCP for its `token`.
+    Kernels live where `backend` puts them (a `KernelBackend`, see docs/architecture.md): by
+    default in a local subprocess, or, with `kernel_gateway_url` (or `kernel_gateway_host` and
+    `kernel_gateway_port`), on that Jupyter Kernel Gateway or Enterprise Gateway (kernelspec
+    `kernel_name`, token `kernel_gateway_token`, default: `IPYBOX_KERNEL_GATEWAY_TOKEN`), calling
+    tools over TCP at `tool_server_host:tool_server_port` (default: any free port) as reached from
+    `kernel_tool_server_host`, with a per-executor secret (docs/remote-kernels.md). With
+    `tool_server_port`, a local executor's tool server also listens on TCP for its `token`.
     """
 
     def __init__(
@@ -177,7 +177,7 @@ class CodeExecutor:
 
     async def _start(self) -> None:
         listener = await self.backend.prepare(self._settings, self._tool_server_port)
-        self._tool_server = ToolServer(port=listener.port, path=listener.path, **self._tool_server_options)
+        self._tool_server = ToolServer(**listener.server_options(), **self._tool_server_options)
         await self._tool_server.start()
         assert self._tool_server.path is not None
         endpoint = ToolEndpoint(self._tool_server.path, self._tool_server.port, self._tool_server.token)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ipybox.errors import IpyboxError
 from ipybox.kernel_mgr.deadline import Deadline
@@ -56,11 +56,18 @@ class KernelSettings:
 
 @dataclass(frozen=True)
 class ToolListener:
-    """Where a backend's kernels need the executor's tool server: a unix socket, and a TCP port
-    (0: any free one) when they run elsewhere."""
+    """Where a backend's kernels need the executor's tool server (a unix socket, and a TCP port,
+    0 for any free one, when they run elsewhere) and which registrations it trusts for them."""
 
     path: Path
     port: int | None = None
+    #: Directories besides the workspace whose registered MCP servers the kernels may use
+    #: (where the application's `generate_mcp_sources` wrote modules the kernels import).
+    module_dirs: tuple[Path, ...] = ()
+
+    def server_options(self) -> dict[str, Any]:
+        """These settings as `ToolServer` keyword arguments."""
+        return {"path": self.path, "port": self.port, "module_dirs": self.module_dirs}
 
 
 @dataclass(frozen=True)

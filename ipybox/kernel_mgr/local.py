@@ -18,6 +18,7 @@ from ipybox.sandbox import (
     sandbox_command,
     sandboxed_environment,
 )
+from ipybox.tool_exec import registry
 from ipybox.tool_exec.client import ENDPOINT_VAR
 
 
@@ -45,7 +46,9 @@ class LocalBackend:
         self._settings = settings
         self.runtime_dir = make_runtime_dir()
         (self.runtime_dir / "kernels").mkdir()  # the only part of it a sandboxed kernel may write
-        return ToolListener(self.runtime_dir / "tools.sock", tool_port)
+        # modules on the kernel's PYTHONPATH: their servers were registered where they were written
+        module_dirs = tuple(registry.module_dirs(settings.env, settings.working_dir))
+        return ToolListener(self.runtime_dir / "tools.sock", tool_port, module_dirs)
 
     def kernel_factory(self, endpoint: ToolEndpoint) -> Callable[[], KernelLike]:
         settings, runtime_dir = self._settings, self.runtime_dir

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ipybox.mcp_client.params import transport_of
 from ipybox.mcp_client.placeholders import Placeholders, resolve
+from ipybox.mcp_client.stdio import ServerStartError, StderrTail, passed_through_env
 from ipybox.upstream import mcp_http_client
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ async def open_session(
         placeholders = Placeholders.of(Path.cwd())
         env, source = placeholders.values(), placeholders.describe()
     resolved = resolve(params, env, source)
+    stderr: StderrTail | None = None
     async with contextlib.AsyncExitStack() as stack:
         if kind == "stdio":
             # never the current directory, which may be the kernel-writable workspace: a planted
@@ -55,10 +56,14 @@ async def open_session(
             if not cwd:
                 cwd = stack.enter_context(tempfile.TemporaryDirectory(prefix="ipybox-mcp-"))
             server = StdioServerParameters(
-                command=resolved["command"], args=resolved.get("args", []), env=resolved.get("env"), cwd=cwd
+                command=resolved["command"],
+                args=resolved.get("args", []),
+                env=passed_through_env() | (resolved.get("env") or {}),
+                cwd=cwd,
             )
-            with open(os.devnull, "w") as devnull:
-                read, write = await stack.enter_async_context(stdio_client(server, errlog=devnull))
+            stderr = stack.enter_context(StderrTail())
+            read, write = await stack.enter_async_context(stdio_client(server, errlog=stderr.file))
+            stderr.file.close()  # the server holds its own copy; EOF comes when it exits
         elif kind == "sse":
             read, write = await stack.enter_async_context(
                 sse_client(resolved["url"], headers=resolved.get("headers"))
@@ -69,7 +74,13 @@ async def open_session(
                 streamable_http_client(resolved["url"], http_client=http)
             )
         session = await stack.enter_async_context(ClientSession(*ToolRepair(report).streams(read, write)))
-        await session.initialize()
+        try:
+            await session.initialize()
+        except Exception as e:
+            if stderr is not None and (lines := stderr.lines()):
+                reason = f"{describe_error(e)}; the server's stderr ended with:\n{lines}"
+                raise ServerStartError(reason) from e
+            raise
         yield session
 
 
