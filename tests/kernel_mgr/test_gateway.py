@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -37,6 +38,7 @@ from ipybox import (
     generate_mcp_sources,
 )
 from ipybox.kernel_mgr.gateway import GatewayError, resolve_gateway_url
+from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.tool_exec.server import ToolServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -405,3 +407,30 @@ async def test_a_kernel_image_without_pydantic_is_told_what_to_add(
             with pytest.raises(CodeExecutionError, match=r"lacks pydantic.*pip install 'pydantic"):
                 await executor.execute("import ipybox.mcp_apigen.runtime")
     assert "lacks pydantic" in caplog.text and name in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("sdk", "cli"),
+    [
+        ({"sandbox": True}, ["--sandbox"]),
+        ({"limits": ResourceLimits(memory=1 << 30)}, ["--memory-limit", "1G"]),
+        ({"limits": ResourceLimits(processes=64)}, ["--process-limit", "64"]),
+    ],
+    ids=["sandbox", "memory", "processes"],
+)
+def test_sdk_and_cli_refuse_local_options_for_a_gateway_in_the_same_words(
+    sdk: dict[str, object], cli: list[str], tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        CodeExecutor(kernel_gateway_url="http://gw.example:8888", **sdk)  # type: ignore[arg-type]
+    argv = ["--workspace", str(tmp_path), "--kernel-gateway", "http://gw.example:8888", *cli]
+    done = subprocess.run(
+        [sys.executable, "-c", "from ipybox.cli.main import main; main()", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode != 0
+    problem = done.stderr.strip().splitlines()[-1].removeprefix("ipybox: ")
+    assert str(refused.value).lower() == problem.lower() and "local kernels" in problem
