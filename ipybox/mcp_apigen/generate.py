@@ -120,10 +120,13 @@ class GeneratedModules(list[str]):
         modules: list[str],
         skipped: dict[str, str] | None = None,
         repaired: dict[str, str] | None = None,
+        read_only: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(modules)
         self.skipped: dict[str, str] = skipped or {}
         self.repaired: dict[str, str] = repaired or {}
+        #: names of the tools annotated `readOnlyHint: true`
+        self.read_only = read_only
 
 
 @dataclass
@@ -134,6 +137,7 @@ class ToolSpec:
     description: str | None
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
+    read_only: bool = False  # annotated readOnlyHint: true
 
 
 def tool_module_source(tool: ToolSpec) -> str:
@@ -230,7 +234,16 @@ async def list_tools(
     async def fetch() -> list[ToolSpec]:
         async with open_session(server_params, env, report=report, source=placeholders.describe()) as session:
             tools = await list_all_tools(session)
-        return [ToolSpec(t.name, t.description, t.input_schema, t.output_schema) for t in tools]
+        return [
+            ToolSpec(
+                t.name,
+                t.description,
+                t.input_schema,
+                t.output_schema,
+                bool(t.annotations and t.annotations.read_only_hint),
+            )
+            for t in tools
+        ]
 
     try:
         return await asyncio.wait_for(fetch(), connect_timeout)
@@ -318,4 +331,5 @@ async def generate_mcp_sources(
         raise
     for directory in trusted_in:
         registry.register(server_name, server_params, directory)
-    return GeneratedModules(list(modules), report.skipped, report.repaired)
+    read_only = frozenset(t.name for t in tools if t.read_only)
+    return GeneratedModules(list(modules), report.skipped, report.repaired, read_only)
