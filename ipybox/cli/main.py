@@ -351,7 +351,7 @@ def _authentication(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def _check_gateway(url: str, kernel_name: str) -> None:
     """Refuse to start with a gateway that does not answer or lacks the kernelspec."""
-    import httpx
+    import httpx2 as httpx
 
     from ipybox.kernel_mgr.gateway import GATEWAY_TOKEN_VAR
 

@@ -40,9 +40,8 @@ _PACKAGE_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+:/@#%&?]*$")
 _SAFE_DIR = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 INSTRUCTIONS = """\
-Stateful Python (IPython). register_mcp_server turns an MCP server into a Python API in
-mcptools/<server>/; read a module, then call its tools from execute_ipython_cell, many per cell,
-printing only what you need."""
+register_mcp_server makes an MCP server's tools a Python API (mcptools/<server>/); call them
+from execute_ipython_cell, many per cell, printing only what you need."""
 
 
 @dataclass

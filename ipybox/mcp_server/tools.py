@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import inspect
 import logging
 import warnings
 from pathlib import Path
@@ -75,14 +76,15 @@ class Tools:
 
     def add_to(self, server: MCPServer[Any]) -> None:
         for tool in (self.register_mcp_server, self.execute_ipython_cell, self.install_package, self.reset):
-            server.add_tool(tool, structured_output=False)
+            description = " ".join(inspect.cleandoc(tool.__doc__ or "").split())
+            server.add_tool(tool, description=description, structured_output=False)
         for info in server._tool_manager.list_tools():  # titles repeat the names: leave them out
             _drop_titles(info.parameters)
 
     async def register_mcp_server(self, server_name: str, server_params: dict[str, Any]) -> str:
-        """Generate a Python API for an MCP server's tools: one module per tool under
-        mcptools/<server_name>/ with Params, Result and run(). server_params: {command, args, env}
-        or {url, headers}; write secrets as "${VAR}" (from the workspace .env)."""
+        """Generate a Python API for an MCP server's tools: mcptools/<server_name>/<tool>.py with
+        Params, Result, run(). server_params: {command, args, env} or {url, headers}; secrets as
+        "${VAR}" (from .env)."""
         who = principal()
         root = self.home.workspace(who)
         try:
@@ -98,12 +100,16 @@ class Tools:
         for executor in self.kernels.executors(who):  # code importing the old API sees the new one
             with contextlib.suppress(Exception):
                 await executor.execute(_forget_modules(server_name), timeout=10)
-        lines = [f"mcptools/{server_name}/ ({len(modules)} tools; read a module for its Params/Result):"]
+        lines = [
+            f"Generated {len(modules)} tool modules in mcptools/{server_name}/ (read one for its Params):"
+        ]
         lines += [f"- {m}: {_summary(root / 'mcptools' / server_name / f'{m}.py')}" for m in modules]
         if modules.repaired:
-            lines += ["Repaired:", *(f"- {name}: {what}" for name, what in modules.repaired.items())]
+            lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")
+            lines += [f"- {name}: {what}" for name, what in modules.repaired.items()]
         if modules.skipped:
-            lines += ["Skipped:", *(f"- {name}: {why}" for name, why in modules.skipped.items())]
+            lines.append(f"Skipped {len(modules.skipped)} tools (no module generated):")
+            lines += [f"- {name}: {why}" for name, why in modules.skipped.items()]
         return "\n".join(lines)
 
     async def execute_ipython_cell(
@@ -114,9 +120,9 @@ class Tools:
         timeout: float = 120,
         max_output_chars: int = 5000,
     ) -> Content | InputRequiredResult:
-        """Run Python in a stateful IPython kernel (top-level await, !shell). Code calls registered
-        servers via mcptools.<server>.<tool>.run(); the user may be asked to approve each call.
-        kernel names an independent kernel."""
+        """Run Python in a stateful IPython kernel (await, !shell ok). Code calls registered tools
+        via mcptools.<server>.<tool>.run(); the user may approve each call. kernel: name of an
+        independent kernel."""
         who = principal()
         if ctx.request_state is not None:  # a later round: the user answered the approval requests
             run = self.parked.take(ctx.request_state, who)
@@ -226,7 +232,7 @@ class Tools:
         await run.decide(request, accepted, f"user ({run.principal}) through the client")
 
     async def install_package(self, package_name: str, ctx: Context[Any, Any]) -> str:
-        """pip-install a package for the kernel: "numpy>=1.26" or "git+https://…" (network allowed)."""
+        """pip-install a package for the kernel: "numpy>=1.26" or "git+https://..." (network allowed)."""
         return str(await self._install(package_name, principal()))
 
     async def reset(self, ctx: Context[Any, Any], kernel: str = DEFAULT_KERNEL) -> str:
