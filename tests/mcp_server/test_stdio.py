@@ -423,6 +423,7 @@ async def test_failing_and_hanging_tool_calls_through_the_generated_api(
 
 async def test_client_cancellation_interrupts_the_cell(workspace: Path, state_dir: Path) -> None:
     async with open_ipybox(workspace, state_dir) as box:
+        await box.output("print('kernel up')")  # the 1 s below is for the cell, not the kernel's start
         with pytest.raises(MCPError):
             await box.call(
                 "execute_ipython_cell",
