@@ -262,14 +262,17 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
             raise ValueError("--sandbox-config applies only with --sandbox: add --sandbox, or drop it")
         args.sandbox_config = args.sandbox_config.expanduser().resolve()
         if not args.sandbox_config.is_file():
-            raise ValueError(f"--sandbox-config: no such file: {args.sandbox_config}")
+            raise ValueError(f"--sandbox-config: file not found: {args.sandbox_config}")
     if args.max_kernels < 1:
         raise ValueError(f"--max-kernels must be at least 1, got {args.max_kernels}")
-    os.chdir(workspace)  # the kernel's working directory, and where `.env` is read
-    load_dotenv(workspace / ".env", override=False)
-
     from ipybox.mcp_server import ApprovalPolicy, ExecutorOptions, ServerOptions, create_server
     from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
+
+    approval = ApprovalPolicy.parse(args.approval)  # files named relative to where ipybox started
+    verifier, auth = _authentication(args)
+    audit_log = args.audit_log.expanduser().resolve() if args.audit_log else None
+    os.chdir(workspace)  # the kernel's working directory, and where `.env` is read
+    load_dotenv(workspace / ".env", override=False)
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
         args.sandbox_config = workspace / WORKSPACE_CONFIG
@@ -287,7 +290,6 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
             raise ValueError(str(e)) from None
     if args.kernel_gateway:
         _check_gateway(args.kernel_gateway, args.kernel_name)
-    verifier, auth = _authentication(args)
 
     options = ServerOptions(
         workspace=workspace,
@@ -303,8 +305,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
             kernel_tool_server_host=args.kernel_tool_server_host,
             approve_shell_cmds=args.approve_shell_cmds,
         ),
-        audit_log=args.audit_log.expanduser().resolve() if args.audit_log else None,
-        approval=ApprovalPolicy.parse(args.approval),
+        audit_log=audit_log,
+        approval=approval,
         kernel_idle_timeout=args.kernel_idle_timeout,
         max_kernels=args.max_kernels,
         shared_workspace=args.shared_workspace,
