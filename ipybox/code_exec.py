@@ -33,7 +33,15 @@ from ipybox.kernel_mgr.kernel import KernelDied, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer
 from ipybox.kernel_mgr.supervisor import KernelLike, KernelSupervisor
-from ipybox.sandbox import check_sandbox, runtime_root, sandbox_command
+from ipybox.sandbox import (
+    check_sandbox,
+    import_paths,
+    release_sandbox,
+    runtime_root,
+    sandbox_command,
+    sandboxed_environment,
+)
+from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.client import ENDPOINT_VAR, TOKEN_VAR
 from ipybox.tool_exec.server import ToolServer
@@ -94,7 +102,8 @@ class CodeExecutor:
     a cell that changes directory is moved back after it ends; without, it starts in the current
     directory and a change persists. `approval_timeout=None` waits for decisions for ever.
 
-    Tool servers start only MCP servers registered for `working_dir` (the workspace). Their
+    Tool servers start only MCP servers registered for `working_dir` (the workspace) or for a
+    directory on `kernel_env`'s `PYTHONPATH` (where `generate_mcp_sources` wrote them). Their
     `${VAR}` placeholders take values from `working_dir/.env` and the environment (only the
     names in `allow_env`, if given), or from `placeholder_env` alone (see docs/tool-calls.md).
 
@@ -235,6 +244,7 @@ class CodeExecutor:
                 self.working_dir,
                 protected,
                 reachable=[socket_path],
+                readable=import_paths(self._kernel_env),
             )
         remote = self.kernel_gateway_url is not None
         self._tool_server = ToolServer(
@@ -247,6 +257,7 @@ class CodeExecutor:
             audit_log=self.audit_log,
             call_timeout=self._tool_timeout,
             workspace=self.working_dir,
+            module_dirs=[] if remote else registry.module_dirs(self._kernel_env, self.working_dir),
             allow_env=self._allow_env,
             placeholder_env=self._placeholder_env,
         )
@@ -262,18 +273,8 @@ class CodeExecutor:
             env[APPROVE_SHELL_VAR] = "1"
         if self.require_shell_escape:
             env[REQUIRE_SHELL_ESCAPE_VAR] = "1"
-        if self._sandbox:
-            # srt sets the kernel's TMPDIR to $CLAUDE_CODE_TMPDIR, else to a /tmp/claude that need not
-            # exist; without a writable TMPDIR ipykernel cannot run a cell unless "." is writable.
-            (kernels_dir / "tmp").mkdir()
-            env = {"CLAUDE_CODE_TMPDIR": str(kernels_dir / "tmp")} | env
-            # IPython and Jupyter keep their state here instead of in ~/.ipython, which the
-            # sandbox may not write: files there would run in later, unsandboxed sessions.
-            env |= {
-                "IPYTHONDIR": str(kernels_dir / "ipython"),
-                "JUPYTER_CONFIG_DIR": str(kernels_dir / "jupyter"),
-                "JUPYTER_DATA_DIR": str(kernels_dir / "jupyter"),
-            }
+        if self._sandbox:  # temp, cache and IPython dirs in the kernel's private dir
+            env = sandboxed_environment(env, kernels_dir)
         self._kernels = KernelSupervisor(
             kernels_dir,
             self.working_dir,
@@ -361,6 +362,8 @@ class CodeExecutor:
         server, self._tool_server = self._tool_server, None
         if kernels is not None:
             await kernels.stop()
+        if self._runtime_dir is not None:
+            release_sandbox(self._runtime_dir)  # its kernels are gone: remove the placeholders
         if server is not None:
             await server.stop()
         if self._runtime_dir is not None:

@@ -9,9 +9,7 @@ import logging
 import os
 import re
 import shlex
-import shutil
 import signal
-import sys
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields
@@ -27,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from ipybox._version import __version__
 from ipybox.code_exec import CodeExecutionError, CodeExecutor
 from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.mcp_server import packages
 from ipybox.mcp_server.approval import ApprovalPolicy
 from ipybox.mcp_server.cells import ParkedRuns
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool
@@ -36,7 +35,6 @@ logger = logging.getLogger(__name__)
 
 KERNEL_ENV_PREFIX = "KERNEL_ENV_"
 _LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-_PACKAGE_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+:/@#%&?]*$")
 _SAFE_DIR = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 INSTRUCTIONS = """\
@@ -173,12 +171,10 @@ def create_server(
 
 async def _install(package_name: str, kernels: KernelPool, principal: str, on_gateway: bool) -> str:
     """Install a requirement for the principal's kernels (on a gateway: inside the kernel)."""
-    spec = package_name.strip()
-    if not spec or not _PACKAGE_SPEC.match(spec) or _is_local_path(spec):
-        raise ToolError(
-            f"Not a package requirement: {package_name!r}. Give a name with an optional version "
-            "(e.g. 'numpy>=1.26') or a git+https:// URL; local paths are not installed."
-        )
+    try:
+        spec = packages.check_requirement(package_name)
+    except packages.RequirementError as e:
+        raise ToolError(str(e)) from None
     if on_gateway:  # the kernel's environment is on the gateway's side
         async with kernels.use(principal) as (executor, _):
             try:
@@ -186,7 +182,12 @@ async def _install(package_name: str, kernels: KernelPool, principal: str, on_ga
             except (CodeExecutionError, TimeoutError) as e:
                 raise ToolError(f"Installing {spec!r} in the kernel failed:\n{str(e)[-3000:]}") from None
         return f"Installed {spec!r} in the kernel.\n{(result.text or '')[-1000:]}"
-    return await _pip_install(spec)
+    try:
+        return await packages.install(spec)
+    except TimeoutError:
+        raise ToolError(f"Installing {spec!r} took longer than 10 minutes and was stopped.") from None
+    except RuntimeError as e:
+        raise ToolError(str(e)) from None
 
 
 def _close_on_signals(kernels: KernelPool, parked: ParkedRuns) -> None:
@@ -234,35 +235,3 @@ def _is_default_handler(handler: object) -> bool:
 async def _close(kernels: KernelPool, parked: ParkedRuns) -> None:
     await parked.close()
     await kernels.close()
-
-
-def _is_local_path(spec: str) -> bool:
-    """Whether pip would read `spec` from the filesystem (code the kernel may have written)."""
-    if "://" in spec:
-        return spec.split("://", 1)[0].lower().endswith("file")
-    return spec.startswith((".", "/", "~")) or "/" in spec.split("@", 1)[0]
-
-
-async def _pip_install(spec: str) -> str:
-    """Install into this interpreter's environment: uv if present (uvx envs have no pip), else pip."""
-    uv = shutil.which("uv")
-    if uv:
-        argv = [uv, "pip", "install", "--python", sys.executable, spec]
-    else:
-        argv = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", spec]
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        stdin=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        out, _ = await asyncio.wait_for(process.communicate(), 600)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise ToolError(f"Installing {spec!r} took longer than 10 minutes and was stopped.") from None
-    text = out.decode(errors="replace").strip()
-    if process.returncode != 0:
-        raise ToolError(f"Installing {spec!r} failed:\n{text[-3000:]}")
-    return f"Installed {spec!r}.\n{text[-1000:]}"

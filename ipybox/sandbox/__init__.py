@@ -6,18 +6,24 @@ from ipybox.sandbox.config import (
     SandboxError,
     check_sandbox,
     load_config,
+    release_sandbox,
     runtime_root,
     sandbox_command,
     sandbox_problem,
 )
+from ipybox.sandbox.env import sandboxed_environment
+from ipybox.sandbox.reads import import_paths
 
 __all__ = [
     "DEFAULT_CONFIG",
     "WORKSPACE_CONFIG",
     "SandboxError",
     "check_sandbox",
+    "import_paths",
     "load_config",
+    "release_sandbox",
     "runtime_root",
     "sandbox_command",
     "sandbox_problem",
+    "sandboxed_environment",
 ]

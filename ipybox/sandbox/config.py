@@ -17,12 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ipybox.sandbox import autorun, reads
+from ipybox.sandbox.placeholders import Placeholders, sweep
 from ipybox.tool_exec.registry import state_dir
 
 logger = logging.getLogger(__name__)
 
-#: The documented default: read everything but `.env`, write the working directory and IPython's
-#: own directories, no network.
+#: The documented default: read the working directory, the Python environment and the
+#: system (see `ipybox.sandbox.reads`), write the working directory, no network.
 DEFAULT_CONFIG: dict[str, Any] = {
     "enableWeakerNestedSandbox": False,
     "filesystem": {
@@ -33,34 +35,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "network": {"allowedDomains": [], "deniedDomains": [], "allowLocalBinding": True},
 }
 
-#: Credentials and control sockets a kernel never needs, denied on top of any policy. Unix
-#: sockets must be allowed for the kernel's own ipc channels, so the sockets that would let
-#: code escape (container engines, the session bus, agents) are hidden instead.
-_ALWAYS_DENY_READ = (
-    "~/.ssh",
-    "~/.aws",
-    "~/.gnupg",
-    "~/.config/gcloud",
-    "~/.azure",
-    "~/.kube",
-    "~/.docker",
-    "~/.netrc",
-    "/var/run/docker.sock",
-    "/run/docker.sock",
-    "/run/podman",
-    "/run/user",
-    "/run/dbus",
-    "/var/run/dbus",
-)
-
-
-#: Secrets files anywhere in the workspace, hidden from every kernel (relative: srt matches them
-#: under the kernel's working directory, each time a kernel starts).
+#: Secrets files anywhere in the workspace, hidden from every kernel (srt matches them under
+#: the workspace each time a kernel starts).
 _DOTENV_GLOBS = ("**/.env", "**/.env.*")
-
-#: What other programs' sandboxes leave in a temp dir: srt's proxy sockets and mount sources
-#: (`claude-http-*.sock`, `srt-mux-*.sock`, ...) and ipybox runtime dirs of older versions.
-_FOREIGN_TEMP_GLOBS = ("claude-*", "srt-*", "ipybox-*")
 
 
 #: A policy file in the workspace that the MCP server (and the codeact-sandbox plugin) picks up.
@@ -85,7 +62,9 @@ def load_config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return copy.deepcopy(DEFAULT_CONFIG)
     try:
-        config = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        # empty: the stand-in a running sandbox keeps in a workspace that has no config
+        config = json.loads(text) if text.strip() else copy.deepcopy(DEFAULT_CONFIG)
     except FileNotFoundError:
         raise SandboxError(f"Sandbox config file not found: {path}") from None
     except json.JSONDecodeError as e:
@@ -164,18 +143,12 @@ def _is_private_dir(path: Path) -> bool:
     return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077 == 0
 
 
-def _other_sandboxes() -> list[str]:
-    """What kernels must not reach of other sandboxes and kernels: the runtime roots (in the
-    temp dir and in /tmp, where runtime dirs go when the temp dir's path is too long) and what
-    other srt instances and older ipybox versions keep beside them (when the kernel starts)."""
-    paths: list[str] = []
-    for base in dict.fromkeys(Path(p).absolute() for p in (tempfile.gettempdir(), "/tmp")):
-        paths.append(str(runtime_root(base)))
-        if any(c in str(base) for c in "*?[]{}!"):
-            logger.warning("not hiding other sandboxes' files in %s: its path has glob characters", base)
-            continue
-        paths += [str(base / pattern) for pattern in _FOREIGN_TEMP_GLOBS]
-    return paths
+def _runtime_roots() -> list[str]:
+    """Where the runtime files of this user's kernels and sandboxes lie (in the temp dir and in
+    /tmp, where runtime dirs go when the temp dir's path is too long): hidden whole, also if a
+    policy's `allowRead` opens the temp dir."""
+    bases = dict.fromkeys(Path(p).absolute() for p in (tempfile.gettempdir(), "/tmp"))
+    return [str(runtime_root(base)) for base in bases]
 
 
 def kernel_policy(
@@ -184,37 +157,70 @@ def kernel_policy(
     protected: Sequence[Path] = (),
     hidden: Sequence[Path | str] = (),
     reachable: Sequence[Path] = (),
+    *,
+    workspace: Path | None = None,
+    readable: Sequence[Path | str] = (),
 ) -> dict[str, Any]:
     """`config` plus what ipybox needs and forbids, whatever the user's policy says.
 
-    The kernel may write its ipc sockets in `writable_dir` and must be able to create unix
-    sockets at all. It may never write ipybox's state (the registry of trusted servers), the
-    `protected` files (policy, `.env`, git hooks) that later kernels, servers and tools run
-    with, or anything that code outside the sandbox executes later (srt also keeps such paths
-    from being created where they do not exist yet). It may not read the `hidden` paths (the
-    workspace's `.env`), ipybox's state, any `.env` or `.env.*` file in the workspace, or the
+    Reads are allowed, not denied: the kernel reads what the policy allows to read or write,
+    `workspace`, the system, the Python environment and the `readable` paths (e.g. the
+    kernel's `PYTHONPATH`); everything else is hidden (`/` is denied). Even where a policy's
+    `allowRead` opens their parent, it may not read the `hidden` paths (the workspace's `.env`),
+    ipybox's state, any `.env` or `.env.*` file in `workspace`, credential stores, or the
     runtime files of other kernels and sandboxes; of its own runtime dir it sees `writable_dir`
-    and the `reachable` sockets and directories only.
+    (its ipc sockets) and the `reachable` sockets and directories only.
+
+    It may never write ipybox's state (the registry of trusted servers), the `protected` paths
+    (policy, `.env`, auto-run paths) that code outside the sandbox runs or trusts later, or the
+    Python environment and IPython's and Jupyter's configuration. Unix sockets are allowed,
+    since the kernel talks to ipybox over them.
     """
     policy = copy.deepcopy(config)
     fs = policy.setdefault("filesystem", {})
-    fs.setdefault("allowWrite", []).append(str(writable_dir))
+    # What ipybox never lets a kernel write is not opened for reading by an allowWrite entry
+    # either (`~/.ipython` of the default: its history holds earlier sessions' code).
+    never = [Path(os.path.expanduser(p)).absolute() for p in _ALWAYS_DENY_WRITE]
+    fs["allowWrite"] = [
+        p
+        for p in fs.get("allowWrite", [])
+        if not any(Path(os.path.expanduser(p)).absolute().is_relative_to(n) for n in never)
+    ]
+    fs["allowWrite"].append(str(writable_dir))
     state = str(state_dir().absolute())
     fs.setdefault("denyWrite", []).extend([state, *_ALWAYS_DENY_WRITE, *(str(p) for p in protected)])
     deny_read = fs.setdefault("denyRead", [])
+    deny_read[:0] = ["/"]
     deny_read.extend(str(p) for p in hidden)
-    deny_read.extend([state, *_DOTENV_GLOBS, *_other_sandboxes()])
-    fs.setdefault("allowRead", []).extend(str(p) for p in reachable)
-    for entry in _ALWAYS_DENY_READ:
-        if os.path.lexists(os.path.expanduser(entry)) and entry not in deny_read:
-            deny_read.append(entry)
-    if sock := os.environ.get("SSH_AUTH_SOCK"):
-        deny_read.append(str(Path(sock).parent))
+    deny_read.extend([state, *_runtime_roots(), *reads.hidden_credentials()])
+    if workspace is not None:
+        if any(c in str(workspace) for c in "*?[]{}!"):
+            logger.warning("not hiding .env files below %s: its path has glob characters", workspace)
+        else:
+            deny_read.extend(f"{workspace}/{pattern}" for pattern in _DOTENV_GLOBS)
+    allow_read = fs.setdefault("allowRead", [])
+    allow_read.extend(str(p) for p in [*reachable, *reads.readable(str(p) for p in readable)])
+    if workspace is not None:
+        allow_read.append(str(workspace))
+    for key in ("denyRead", "allowRead", "allowWrite", "denyWrite"):
+        fs[key] = list(dict.fromkeys(fs[key]))
     network = policy.setdefault("network", {})
     network.setdefault("allowedDomains", [])  # srt requires both lists; absent means none
     network.setdefault("deniedDomains", [])
     network["allowAllUnixSockets"] = True
     return policy
+
+
+def _absolute(config: dict[str, Any], workspace: Path) -> dict[str, Any]:
+    """`config` with its relative filesystem paths made absolute against `workspace`: srt
+    resolves them against its own working directory, which is not the kernel's."""
+    config = copy.deepcopy(config)
+    fs = config.get("filesystem", {})
+    for key in ("denyRead", "allowRead", "allowWrite", "denyWrite"):
+        if key in fs:
+            fs[key] = [p if p.startswith(("/", "~")) else str(workspace / p) for p in fs[key]]
+            fs[key] = [str(workspace) if p == f"{workspace}/." else p for p in fs[key]]
+    return config
 
 
 def srt_executable(path: str | None = None) -> str:
@@ -268,6 +274,7 @@ def sandbox_command(
     protected: Sequence[Path] = (),
     *,
     reachable: Sequence[Path] = (),
+    readable: Sequence[Path | str] = (),
 ) -> list[str]:
     """The command prefix that runs a kernel under `srt` with the effective policy.
 
@@ -275,22 +282,97 @@ def sandbox_command(
     so sandboxed code cannot loosen the policy of kernels started later. `policy_file` lies in
     the executor's runtime dir (under `runtime_root()`, hidden from kernels): srt keeps its proxy
     sockets there too (in `srt/`, the only part the kernel sees besides `writable_dir` and the
-    `reachable` sockets, e.g. the tool server's).
+    `reachable` sockets, e.g. the tool server's). srt runs from the runtime dir, the kernel in
+    `working_dir`: srt's own protections of its working directory would leave mount points in
+    the workspace; ipybox protects the workspace itself (see `ipybox.sandbox.autorun`), with
+    placeholders that `release_sandbox(policy_file.parent)` removes once the kernels ended.
     """
     srt = srt_executable()
-    srt_tmp = policy_file.parent / "srt"
+    runtime = policy_file.parent.absolute()
+    srt_tmp = runtime / "srt"
     srt_tmp.mkdir(mode=0o700, exist_ok=True)
-    # The policy file lies under a writable path if the working directory holds the temp dir.
     workspace = working_dir.absolute()
-    keep = [policy_file.absolute(), workspace / WORKSPACE_CONFIG, workspace / ".env"]
-    keep += [workspace / ".git" / "hooks", workspace / ".git" / "config"]  # git runs these on the host
-    keep += [Path(p).absolute() for p in protected]
+    config = _absolute(load_config(config_path), workspace)
+    # The policy file lies under a writable path if the working directory holds the temp dir.
+    keep = [policy_file.absolute(), *(Path(p).absolute() for p in protected)]
     if config_path is not None:
         keep.append(Path(config_path).resolve())
+    placeholders = _placeholders.setdefault(runtime, Placeholders(_lock_dir()))
+    keep += _protect_writable(config, workspace, writable_dir, placeholders, keep)
     policy = kernel_policy(
-        load_config(config_path), writable_dir, keep, [workspace / ".env"], [*reachable, srt_tmp]
+        config,
+        writable_dir,
+        keep,
+        [workspace / ".env"],
+        [*reachable, srt_tmp],
+        workspace=workspace,
+        readable=readable,
     )
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
     env = shutil.which("env") or "/usr/bin/env"
-    return [env, f"TMPDIR={srt_tmp}", srt, "--settings", str(policy_file), "--"]
+    in_dir = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"']
+    return [*in_dir, str(runtime), env, f"TMPDIR={srt_tmp}", srt, "--settings", str(policy_file), "--"] + [
+        *in_dir,
+        str(workspace),
+    ]
+
+
+#: Placeholders held by each executor, by its runtime dir.
+_placeholders: dict[Path, Placeholders] = {}
+
+
+def release_sandbox(runtime_dir: Path) -> None:
+    """Remove the placeholders of the executor with `runtime_dir` that no other one needs;
+    call when its kernels have ended."""
+    held = _placeholders.pop(runtime_dir.absolute(), None)
+    if held is not None:
+        held.release()
+
+
+def _lock_dir() -> Path:
+    path = runtime_root() / "placeholders"
+    path.mkdir(mode=0o700, exist_ok=True)
+    sweep(path)
+    return path
+
+
+def _protect_writable(
+    config: dict[str, Any], workspace: Path, private: Path, placeholders: Placeholders, keep: list[Path]
+) -> list[Path]:
+    """The auto-run paths in every directory the kernel may write (but its private one), with
+    placeholders made for those that must not be created (and for `keep` paths that are
+    missing there); see `ipybox.sandbox.autorun`."""
+    denied = [Path(os.path.expanduser(p)) for p in [*_ALWAYS_DENY_WRITE, str(state_dir().absolute())]]
+    roots = []
+    for entry in config.get("filesystem", {}).get("allowWrite", []):
+        root = Path(os.path.expanduser(entry)).absolute()
+        if root.is_dir() and not any(root.is_relative_to(d) for d in denied) and root != private:
+            roots.append(root)
+    found: list[Path] = []
+    standins: dict[Path, str] = {}
+    home = Path.home().absolute()
+    for root in roots:
+        found += autorun.protected_paths(root)
+        if home.is_relative_to(root):  # start-up files of the user's shell and tools
+            standins |= {home / name: kind for name, kind in autorun.HOME_NAMES.items()}
+        if home != root and home.is_relative_to(root):
+            continue  # "/" or /home: not a project, no placeholders at its top
+        standins |= {root / name: kind for name, kind in autorun.CREATION_BLOCKED.items()}
+        if root == workspace:
+            standins |= {root / ".env": "file", root / WORKSPACE_CONFIG: "file"}
+    standins |= {path: "file" for path in keep}
+    for path, kind in standins.items():
+        missing = _first_missing(path)
+        if missing is not None and any(missing.is_relative_to(r) for r in roots):
+            placeholders.ensure(missing, kind if missing == path else "dir")
+            found.append(missing)
+    return [*found, *standins]
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The first component of `path` that does not exist (None if it all exists)."""
+    for candidate in [*reversed(path.parents), path]:
+        if not os.path.lexists(candidate):
+            return candidate
+    return None

@@ -1,0 +1,140 @@
+"""Paths in a kernel-writable directory that programs on the host run or trust on routine use.
+
+A kernel must not write them: what it put there would run outside the sandbox the next time
+the user runs `git status`, opens the folder in an editor or starts Claude Code there. See
+docs/sandbox.md ("What the kernel may not write") for the list and the reasoning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+#: Names protected wherever they exist in a writable directory (down to `SCAN_DEPTH`):
+#: git's repository (config, hooks, commondir, worktrees, modules, info, index) or a `.git`
+#: file redirecting to one; editors' task and settings files; Claude Code's settings (hooks)
+#: and project MCP servers; direnv's `.envrc` (an approved one may source other files); the
+#: pre-commit configuration (its hooks run on every commit).
+AUTORUN_NAMES = (".git", ".vscode", ".idea", ".claude", ".mcp.json", ".envrc", ".pre-commit-config.yaml")
+
+#: Names whose creation at the top of a writable directory is blocked, with the kind of
+#: placeholder that stands in for them while a sandbox runs: "dir" (git, finding an empty
+#: `.git` directory, looks further up as if it were not there) or "file".
+#: `.envrc` and `.pre-commit-config.yaml` are left out: direnv runs a new `.envrc` only once
+#: the user approves it, pre-commit runs only when the user installed it (and its config
+#: then exists).
+CREATION_BLOCKED = {".git": "dir", ".vscode": "dir", ".idea": "dir", ".claude": "dir", ".mcp.json": "file"}
+
+#: Shell and tool start-up files in the user's home, protected (with placeholders where
+#: missing) if a policy makes the home directory writable.
+HOME_NAMES = {
+    ".bashrc": "file",
+    ".bash_profile": "file",
+    ".bash_login": "file",
+    ".bash_logout": "file",
+    ".profile": "file",
+    ".zshrc": "file",
+    ".zshenv": "file",
+    ".zprofile": "file",
+    ".zlogin": "file",
+    ".gitconfig": "file",
+    ".config": "dir",
+    ".local": "dir",
+    ".ssh": "dir",
+}
+
+#: How deep below a writable directory existing auto-run paths are looked for.
+SCAN_DEPTH = 3
+
+#: Directories not searched: dependency trees that no host program treats as a project.
+_SKIP = frozenset(("node_modules", "__pycache__", ".venv", "venv", "site-packages"))
+
+
+def protected_paths(root: Path) -> list[Path]:
+    """The auto-run paths that exist in the writable directory `root`, plus what git's
+    configuration there names (a `.git` file's git dir, commondir, hooks path, scripts)."""
+    found: list[Path] = []
+    for path in _scan(root, SCAN_DEPTH):
+        found.append(path)
+        if path.name == ".git":
+            found += _git_dirs(path)
+    found += _git_config_paths(root)
+    return list(dict.fromkeys(found))
+
+
+def _scan(root: Path, depth: int) -> Iterator[Path]:
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name in AUTORUN_NAMES:
+            yield Path(entry.path)
+        elif depth > 1 and entry.name not in _SKIP and entry.is_dir(follow_symlinks=False):
+            yield from _scan(Path(entry.path), depth - 1)
+
+
+def _git_dirs(dot_git: Path) -> list[Path]:
+    """The repository a `.git` file points to (`gitdir: ...`) and its common dir."""
+    found: list[Path] = []
+    git_dir = dot_git
+    if dot_git.is_file() and not dot_git.is_symlink():
+        try:
+            text = dot_git.read_text(errors="replace").strip()
+        except OSError:
+            return found
+        if text.startswith("gitdir:"):
+            git_dir = (dot_git.parent / text.removeprefix("gitdir:").strip()).resolve()
+            found.append(git_dir)
+    common = git_dir / "commondir"
+    if common.is_file():
+        try:
+            found.append((git_dir / common.read_text().strip()).resolve())
+        except OSError:
+            pass
+    return found
+
+
+def _git_config_paths(root: Path) -> list[Path]:
+    """Files and directories under `root` that git's configuration (of the repository at
+    `root` and the user's) names as something to include, run or take hooks from."""
+    git = shutil.which("git")
+    if git is None or not (root / ".git").exists():
+        return []
+    try:
+        done = subprocess.run(
+            [git, "-C", str(root), "config", "--list", "--includes", "--show-origin", "-z"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found: list[Path] = []
+    items = done.stdout.split("\0")
+    for origin, item in zip(items[::2], items[1::2], strict=False):
+        key, _, value = item.partition("\n")
+        base = Path(origin.removeprefix("file:")).parent if origin.startswith("file:") else root
+        for word in _words(value):
+            if "/" not in word and not key.endswith(".path") and key != "core.hookspath":
+                continue
+            word = os.path.expanduser(word)
+            for candidate in {base / word, root / word}:
+                if candidate.exists() and candidate.resolve().is_relative_to(root.resolve()):
+                    found.append(candidate.resolve())
+    return found
+
+
+def _words(value: str) -> Iterable[str]:
+    try:
+        return shlex.split(value.removeprefix("!"))
+    except ValueError:
+        return value.split()
