@@ -85,10 +85,13 @@ class GeneratedModules(list[str]):
         modules: list[str],
         skipped: dict[str, str] | None = None,
         repaired: dict[str, str] | None = None,
+        read_only: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(modules)
         self.skipped: dict[str, str] = skipped or {}
         self.repaired: dict[str, str] = repaired or {}
+        #: names of the tools annotated `readOnlyHint: true`
+        self.read_only = read_only
 
 
 @dataclass
@@ -99,6 +102,7 @@ class ToolSpec:
     description: str | None
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
+    read_only: bool = False  # annotated readOnlyHint: true
 
 
 def tool_module_source(tool: ToolSpec) -> str:
@@ -246,7 +250,13 @@ async def list_tools(
             tools = await list_all_tools(session)
         outputs = report.output_schemas if report is not None else {}
         return [
-            ToolSpec(t.name, t.description, t.input_schema, outputs.get(t.name, t.output_schema))
+            ToolSpec(
+                t.name,
+                t.description,
+                t.input_schema,
+                outputs.get(t.name, t.output_schema),
+                bool(t.annotations and t.annotations.read_only_hint),
+            )
             for t in tools
         ]
 
@@ -346,4 +356,5 @@ async def generate_mcp_sources(
         _write_package(root_fd, root_dir, server_name, init | modules)
     for directory in trusted_in:
         registry.register(server_name, server_params, directory)
-    return GeneratedModules(list(modules), report.skipped, report.repaired)
+    read_only = frozenset(t.name for t in tools if t.read_only)
+    return GeneratedModules(list(modules), report.skipped, report.repaired, read_only)
