@@ -266,7 +266,7 @@ def _pip_for_this_python(shell: Any) -> None:
     atexit.register(shutil.rmtree, directory, True)
 
     def pip(line: str) -> None:
-        shell.system(f"{shlex.quote(shim)} {line}")
+        shell.system(f"pip {line}")  # the shim, first on PATH; an approval shows `pip install x`
         sys.stdout.write("Note: restart the kernel (reset) to use updated packages it had imported.\n")
 
     shell.register_magic_function(pip, "line", "pip")
