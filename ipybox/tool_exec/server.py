@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_connect import PlaceholderError, Placeholders, placeholder_values, redact, resolve
+from ipybox.mcp_connect import (
+    PlaceholderError,
+    Placeholders,
+    placeholder_names,
+    placeholder_values,
+    redact,
+    resolve,
+)
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
@@ -166,7 +173,8 @@ class ToolServer:
                     f"{self.workspace}, so it will not be started. The application registers servers "
                     "with generate_mcp_sources()."
                 )
-            env = self.placeholders.values()
+            # the environment is read only for parameters with placeholders (most have none)
+            env = self.placeholders.values() if placeholder_names(server_params) else {}
             secrets = placeholder_values(server_params, env)
             if self.audit is not None:
                 self.audit.add_secrets(secrets)
