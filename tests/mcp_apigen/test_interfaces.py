@@ -190,3 +190,29 @@ def test_search_ranks_tool_and_gentool_signatures(tmp_path: Path) -> None:
     assert repr(found) == str(found)  # shown as text when a cell ends with it
     assert search("", root=tmp_path).count("\n    ") == 3
     assert "No tool matches" in search("weather", root=tmp_path)
+
+
+def test_signatures_show_fields_defaults_and_result_shapes() -> None:
+    from ipybox.mcp_apigen.signature import signature
+
+    schema = {
+        "type": "object",
+        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}},
+        "properties": {
+            "class": {"type": "string", "enum": ["a", "b"]},
+            "days": {"type": "integer", "default": 3},
+            "at": {"$ref": "#/$defs/Point"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "user-name": {"type": ["string", "null"]},
+        },
+        "required": ["class", "token"],
+    }
+    text = signature("plan", schema, MAP_OUTPUT, "Plan a trip. Long details follow.")
+    head, summary = text.split("\n")
+    assert head == (
+        "plan(class_: 'a'|'b', token: Any, days: int = 3, at: {x: float} = None, tags: list[str] = None, "
+        "user_name: str | None = None) -> dict[str, int]"
+    )
+    assert summary == "    Plan a trip."
+    assert signature("t", {"type": "object"}, None, None) == "t() -> str"
+    assert signature("t", {}, {"type": "array", "items": {"type": "integer"}}, "").endswith("-> list[int]")
