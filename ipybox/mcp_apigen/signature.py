@@ -47,7 +47,9 @@ class _Renderer:
             return ""
         properties: dict[str, Any] = _get(schema, "properties", dict)
         required: list[Any] = _get(schema, "required", list)
-        undeclared = {str(r): {} for r in required if r not in properties}  # required, any type
+        undeclared: dict[str, Any] = {
+            str(r): {} for r in required if r not in properties
+        }  # required, any type
         parts = []
         for prop, prop_schema in sorted(
             (properties | undeclared).items(), key=lambda i: i[0] not in required
