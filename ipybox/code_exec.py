@@ -41,6 +41,7 @@ from ipybox.sandbox import (
     sandbox_command,
     sandboxed_environment,
 )
+from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.client import ENDPOINT_VAR, TOKEN_VAR
 from ipybox.tool_exec.server import ToolServer
@@ -101,7 +102,8 @@ class CodeExecutor:
     a cell that changes directory is moved back after it ends; without, it starts in the current
     directory and a change persists. `approval_timeout=None` waits for decisions for ever.
 
-    Tool servers start only MCP servers registered for `working_dir` (the workspace). Their
+    Tool servers start only MCP servers registered for `working_dir` (the workspace) or for a
+    directory on `kernel_env`'s `PYTHONPATH` (where `generate_mcp_sources` wrote them). Their
     `${VAR}` placeholders take values from `working_dir/.env` and the environment (only the
     names in `allow_env`, if given), or from `placeholder_env` alone (see docs/tool-calls.md).
 
@@ -255,6 +257,7 @@ class CodeExecutor:
             audit_log=self.audit_log,
             call_timeout=self._tool_timeout,
             workspace=self.working_dir,
+            module_dirs=[] if remote else registry.module_dirs(self._kernel_env, self.working_dir),
             allow_env=self._allow_env,
             placeholder_env=self._placeholder_env,
         )

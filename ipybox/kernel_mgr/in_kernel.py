@@ -11,6 +11,7 @@
   set, Python's own ways of starting a program raise instead, so commands take the approved path.
   This guard only steers code written in good faith: any Python code that means to get around
   it can (it can undo the patches, reach the originals, or use ctypes).
+- `!pip` and `%pip` install into the kernel's own Python (see `_pip_for_this_python`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ import contextlib
 import fcntl
 import functools
 import os
+import shlex
+import shutil
 import struct
 import sys
+import tempfile
 import termios
 import threading
 import time
@@ -66,7 +70,7 @@ def _restore_working_dir(directory: str) -> Callable[..., None]:
             changed = True
         if changed:
             os.chdir(directory)
-            sys.stdout.write(f"[ipybox] working directory changed back to {directory}\n")
+            sys.stdout.write(f"[ipybox] cwd reset to {directory}\n")
 
     return restore
 
@@ -154,9 +158,11 @@ def _guard(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if not _approved:
+            shown = "subprocess" if name.startswith("subprocess.") else f"{name}()"  # upstream's wording
             raise RuntimeError(
-                f"{name}() is disabled in this kernel: start programs with a shell command "
-                "(`!cmd`, `x = !cmd` or a %%bash cell), which the application approves."
+                f"Direct {shown} calls are not allowed: {name}() is disabled in this kernel. Start "
+                "programs with a shell command (`!cmd`, `x = !cmd` or a %%bash cell), which the "
+                "application approves."
             )
         return func(*args, **kwargs)
 
@@ -177,6 +183,76 @@ def _require_shell_escape() -> None:
     subprocess.Popen.__init__ = _guard("subprocess.Popen", popen_init)  # type: ignore[method-assign]
 
 
+# --- pip -------------------------------------------------------------------------------------------
+
+#: `pip` for the kernel's Python: its own pip module if it has one, else uv's pip (environments
+#: made by uv, such as uvx's, have no pip); a clear refusal where the environment is read-only.
+_PIP_SHIM = """#!/bin/sh
+# pip for the Python of an ipybox kernel (written by ipybox at kernel start)
+py={python}
+case "$1" in
+install | uninstall)
+    own=""
+    for arg in "$@"; do
+        case "$arg" in --target* | -t | --prefix* | --root* | --user) own=1 ;; esac
+    done
+    site=$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    if [ -z "$own" ] && ! "$py" -c 'import os, sys; sys.exit(not os.access(sys.argv[1], os.W_OK))' "$site"
+    then
+        echo "pip: this kernel cannot write to its Python environment ($site)." \\
+            "A sandboxed kernel may write only its working directory and reach only the network" \\
+            "its policy allows: install the package outside the kernel (into the environment" \\
+            "ipybox runs in, or with the ipybox MCP server's install_package tool), then reset." >&2
+        exit 1
+    fi
+    ;;
+esac
+if "$py" -m pip --version >/dev/null 2>&1; then
+    exec "$py" -m pip "$@"
+fi
+uv=$(command -v uv 2>/dev/null || true)
+for candidate in "$HOME/.local/bin/uv" "$HOME/.cargo/bin/uv" \\
+    "${{XDG_DATA_HOME:-$HOME/.local/share}}/ipybox/uv-venv/bin/uv"; do
+    [ -n "$uv" ] && break
+    [ -x "$candidate" ] && uv=$candidate
+done
+if [ -z "$uv" ]; then
+    echo "pip: $py has no pip module and uv was not found on PATH;" \\
+        "install uv (docs.astral.sh/uv), or pip into that environment." >&2
+    exit 1
+fi
+[ "$#" -gt 0 ] || exec "$uv" pip --help
+command=$1
+shift
+exec "$uv" pip "$command" --python "$py" "$@"
+"""
+
+
+def _pip_for_this_python(shell: Any) -> None:
+    """Put a `pip` for this kernel's Python first on the kernel's PATH and make `%pip` use it.
+
+    `!pip` would otherwise run whichever pip is first on PATH (another Python's), and IPython's
+    `%pip` runs `python -m pip`, which environments made by uv lack. `%pip` goes through
+    `shell.system`, so with shell approval it is asked for like any `!cmd`.
+    """
+    directory = tempfile.mkdtemp(prefix="kernel-pip-")
+    shim = os.path.join(directory, "pip")
+    with open(shim, "w") as f:
+        f.write(_PIP_SHIM.format(python=shlex.quote(sys.executable)))
+    os.chmod(shim, 0o755)
+    os.symlink("pip", os.path.join(directory, "pip3"))
+    os.environ["PATH"] = os.pathsep.join([directory, os.environ.get("PATH", "")])
+    import atexit
+
+    atexit.register(shutil.rmtree, directory, True)
+
+    def pip(line: str) -> None:
+        shell.system(f"{shlex.quote(shim)} {line}")
+        sys.stdout.write("Note: restart the kernel (reset) to use updated packages it had imported.\n")
+
+    shell.register_magic_function(pip, "line", "pip")
+
+
 def install(shell: Any) -> None:
     """Set all of the above up in the kernel's interactive shell."""
     shell.user_ns["exit"] = shell.user_ns["quit"] = _no_exit
@@ -186,6 +262,8 @@ def install(shell: Any) -> None:
     for name in ("FORCE_COLOR", "CLICOLOR_FORCE", "CLICOLOR"):
         os.environ.pop(name, None)
     shell.events.register("post_run_cell", drain_fd_output)
+    with contextlib.suppress(OSError):  # a kernel without a writable temp dir keeps IPython's pip
+        _pip_for_this_python(shell)
     if directory := os.environ.pop(WORKING_DIR_VAR, ""):
         shell.events.register("post_run_cell", _restore_working_dir(directory))
     if os.environ.pop(APPROVE_SHELL_VAR, "") == "1":
