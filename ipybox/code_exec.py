@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import uuid
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from ipybox.kernel_mgr.cell import (
     CodeExecutionResult,
     StreamItem,
     check_timeout,
+    save_images,
 )
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
@@ -283,13 +283,7 @@ class CodeExecutor:
         return self._kernels
 
     def _save_images(self, images: list[bytes]) -> list[Path]:
-        paths: list[Path] = []
-        for data in images:
-            self.images_dir.mkdir(parents=True, exist_ok=True)
-            path = self.images_dir / f"{uuid.uuid4().hex[:12]}.png"
-            path.write_bytes(data)
-            paths.append(path)
-        return paths
+        return save_images(images, self.images_dir, self.working_dir)
 
 
 def _not_started() -> RuntimeError:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ipybox import _safe_fs
 from ipybox.errors import IpyboxError
 from ipybox.kernel_mgr.backend import KernelStartError
 from ipybox.kernel_mgr.deadline import Deadline
@@ -67,6 +69,17 @@ class CellOutput:
 
 _DONE = object()
 _CANCELLED = object()
+
+
+def save_images(images: list[bytes], images_dir: Path, workspace: Path) -> list[Path]:
+    """Write each PNG to a new file in `images_dir`, never through a link the kernel planted in
+    its working directory `workspace`."""
+    paths: list[Path] = []
+    for data in images:
+        path = images_dir / f"{uuid.uuid4().hex[:12]}.png"
+        _safe_fs.create_file(path, data, workspace)
+        paths.append(path)
+    return paths
 
 
 def check_timeout(name: str, value: float | None) -> None:
