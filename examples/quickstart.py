@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from ipybox import (
@@ -19,7 +21,6 @@ from ipybox import (
     CodeExecutor,
     generate_mcp_sources,
 )
-from ipybox.utils import arun
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_PARAMS = {"command": str(REPO / "node_modules" / ".bin" / "mcp-server-everything"), "args": ["stdio"]}
@@ -55,10 +56,10 @@ async def main(workspace: Path, auto_approve: bool) -> None:
 
 
 async def run_agent_code(executor: CodeExecutor, auto_approve: bool) -> None:
-    async for item in executor.stream(AGENT_CODE, chunks=True):
+    async for item in output_before_approvals(executor.stream(AGENT_CODE, chunks=True)):
         match item:
             case ApprovalRequest():
-                answer = "y" if auto_approve else await arun(input, f"   approve {item}? [Y/n] ")
+                answer = "y" if auto_approve else await ask(f"   approve {item}? [Y/n] ")
                 if answer.strip().lower() in ("", "y", "yes"):
                     await item.accept()
                 else:
@@ -69,6 +70,64 @@ async def run_agent_code(executor: CodeExecutor, auto_approve: bool) -> None:
                 print(f"\n3. Result returned to the agent:\n{text}")
 
 
+Item = ApprovalRequest | CodeExecutionChunk | CodeExecutionResult
+
+
+async def output_before_approvals(stream: AsyncIterator[Item], grace: float = 0.2) -> AsyncIterator[Item]:
+    """The stream's items, with output the code printed before a tool call shown before its approval.
+
+    The approval request reaches the application over the tool server's socket, often a moment
+    before the kernel's output, which travels over Jupyter's messaging. While a request waits the
+    kernel is paused, so whatever arrives within `grace` seconds was printed before the call.
+    """
+    items: asyncio.Queue[Item | None] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for item in stream:
+                await items.put(item)
+        finally:
+            await items.put(None)
+
+    task = asyncio.create_task(pump())
+    try:
+        while (item := await items.get()) is not None:
+            if isinstance(item, ApprovalRequest):
+                try:
+                    while isinstance(early := await asyncio.wait_for(items.get(), grace), CodeExecutionChunk):
+                        yield early
+                    items.put_nowait(early)  # the next thing after the approval (its result, or the end)
+                except TimeoutError:
+                    pass
+            yield item
+        await task  # re-raises what ended the stream (e.g. CodeExecutionError)
+    finally:
+        task.cancel()
+
+
+async def ask(prompt: str) -> str:
+    """`input()` that Ctrl-C interrupts at once: the line is read on the event loop, not in a thread."""
+    loop = asyncio.get_running_loop()
+    print(prompt, end="", flush=True)
+    answer: asyncio.Future[str] = loop.create_future()
+
+    def on_input() -> None:
+        if not answer.done():
+            answer.set_result(sys.stdin.readline())
+
+    try:
+        loop.add_reader(sys.stdin.fileno(), on_input)
+    except (PermissionError, ValueError, OSError):  # stdin is a regular file: reading cannot block
+        return sys.stdin.readline()
+    try:
+        line = await answer
+    finally:
+        loop.remove_reader(sys.stdin.fileno())
+    if not line:
+        raise EOFError("no answer: stdin is closed")
+    return line
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", type=Path, default=REPO / ".demo-workspace")
@@ -77,6 +136,9 @@ if __name__ == "__main__":
     args = parser.parse_args()
     try:
         asyncio.run(main(args.workspace, args.yes))
+    except KeyboardInterrupt:
+        print("\ninterrupted: the kernel and the MCP server were stopped.", file=sys.stderr)
+        sys.exit(130)
     finally:
         if args.clean:
             shutil.rmtree(args.workspace, ignore_errors=True)

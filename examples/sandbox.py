@@ -1,5 +1,5 @@
-"""A sandboxed kernel: it runs code and calls approved tools, but cannot read `.env`, write
-outside the working directory or reach the network.
+"""A sandboxed kernel: it runs code and calls approved tools, but cannot read `.env`, change
+files outside the working directory or reach the network.
 
 Needs sandbox-runtime (`srt`) and, on Linux, bubblewrap, socat and ripgrep (`scripts/setup`
 installs them). Run with `uv run python examples/sandbox.py`.
@@ -14,9 +14,12 @@ from pathlib import Path
 
 from ipybox import CodeExecutionError, CodeExecutor
 
+#: A file outside the working directory, in your home directory.
+OUTSIDE = Path.home() / f"ipybox-example-{os.getpid()}.txt"
+
 ATTEMPTS = {
     "read .env": "print(open('.env').read())",
-    "write outside the working directory": "open('/tmp/ipybox-example-escape.txt', 'w').write('x')",
+    "write outside the working directory": f"open({str(OUTSIDE)!r}, 'w').write('x')",
     "reach the internet": "import urllib.request; urllib.request.urlopen('http://example.org', timeout=5)",
     "write in the working directory": "open('notes.txt', 'w').write('ok'); print(open('notes.txt').read())",
 }
@@ -31,9 +34,14 @@ async def main() -> None:
             for what, code in ATTEMPTS.items():
                 try:
                     result = await executor.execute(code, timeout=30)
-                    print(f"{what}: allowed -> {result.text}")
                 except CodeExecutionError as e:
                     print(f"{what}: blocked -> {str(e).strip().splitlines()[-1]}")
+                    continue
+                if what == "write outside the working directory" and not OUTSIDE.exists():
+                    # the sandbox lays a scratch file system over most of what is not the workspace
+                    print(f"{what}: blocked -> written to the sandbox's scratch space, not to {OUTSIDE}")
+                else:
+                    print(f"{what}: allowed -> {result.text}")
 
 
 if __name__ == "__main__":

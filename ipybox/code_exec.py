@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from ipybox import _safe_fs
 from ipybox.kernel_mgr import transfer
 from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.gateway import (
@@ -41,6 +42,7 @@ from ipybox.sandbox import (
     sandbox_command,
     sandboxed_environment,
 )
+from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.client import ENDPOINT_VAR, TOKEN_VAR
 from ipybox.tool_exec.server import ToolServer
@@ -101,7 +103,8 @@ class CodeExecutor:
     a cell that changes directory is moved back after it ends; without, it starts in the current
     directory and a change persists. `approval_timeout=None` waits for decisions for ever.
 
-    Tool servers start only MCP servers registered for `working_dir` (the workspace). Their
+    Tool servers start only MCP servers registered for `working_dir` (the workspace) or for a
+    directory on `kernel_env`'s `PYTHONPATH` (where `generate_mcp_sources` wrote them). Their
     `${VAR}` placeholders take values from `working_dir/.env` and the environment (only the
     names in `allow_env`, if given), or from `placeholder_env` alone (see docs/tool-calls.md).
 
@@ -255,6 +258,7 @@ class CodeExecutor:
             audit_log=self.audit_log,
             call_timeout=self._tool_timeout,
             workspace=self.working_dir,
+            module_dirs=[] if remote else registry.module_dirs(self._kernel_env, self.working_dir),
             allow_env=self._allow_env,
             placeholder_env=self._placeholder_env,
         )
@@ -488,10 +492,9 @@ class CodeExecutor:
 
     def _save_images(self, images: list[bytes]) -> list[Path]:
         paths: list[Path] = []
-        for data in images:
-            self.images_dir.mkdir(parents=True, exist_ok=True)
+        for data in images:  # never through a link the kernel planted in its working directory
             path = self.images_dir / f"{uuid.uuid4().hex[:12]}.png"
-            path.write_bytes(data)
+            _safe_fs.create_file(path, data, self.working_dir)
             paths.append(path)
         return paths
 

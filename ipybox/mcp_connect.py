@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import re
+import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,10 @@ _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 #: Where a `${VAR}` placeholder may stand; anywhere else it is refused.
 SECRET_PLACES = "elements of 'args' and values of 'env' and 'headers'"
+
+
+class ServerStartError(ConnectionError):
+    """A stdio MCP server failed before its session was ready; the message ends with its stderr."""
 
 
 class ServerParamsError(ValueError):
@@ -275,16 +280,23 @@ async def open_session(
         placeholders = Placeholders.of(Path.cwd())
         env, source = placeholders.values(), placeholders.describe()
     resolved = resolve(params, env, source)
+    stderr: StderrTail | None = None
     async with contextlib.AsyncExitStack() as stack:
         if kind == "stdio":
+            # never the current directory, which may be the kernel-writable workspace: a planted
+            # node_modules/, srv.py or .npmrc there would run with the server, on the host
+            cwd = resolved.get("cwd")
+            if not cwd:
+                cwd = stack.enter_context(tempfile.TemporaryDirectory(prefix="ipybox-mcp-"))
             server = StdioServerParameters(
                 command=resolved["command"],
                 args=resolved.get("args", []),
-                env=resolved.get("env"),
-                cwd=resolved.get("cwd"),
+                env=passed_through_env() | (resolved.get("env") or {}),
+                cwd=cwd,
             )
-            with open(os.devnull, "w") as devnull:
-                read, write = await stack.enter_async_context(stdio_client(server, errlog=devnull))
+            stderr = stack.enter_context(StderrTail())
+            read, write = await stack.enter_async_context(stdio_client(server, errlog=stderr.file))
+            stderr.file.close()  # the server holds its own copy; EOF comes when it exits
         elif kind == "sse":
             read, write = await stack.enter_async_context(
                 sse_client(resolved["url"], headers=resolved.get("headers"))
@@ -295,7 +307,13 @@ async def open_session(
                 streamable_http_client(resolved["url"], http_client=http)
             )
         session = await stack.enter_async_context(ClientSession(*ToolRepair(report).streams(read, write)))
-        await session.initialize()
+        try:
+            await session.initialize()
+        except Exception as e:
+            if stderr is not None and (lines := stderr.lines()):
+                reason = f"{describe_error(e)}; the server's stderr ended with:\n{lines}"
+                raise ServerStartError(reason) from e
+            raise
         yield session
 
 
@@ -320,3 +338,77 @@ def describe_error(error: BaseException | None) -> str:
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(describe_error(e) for e in error.exceptions)
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+# --- what stdio servers get besides their params' env ----------------------------------------------
+
+#: Variables a stdio server gets from ipybox's environment besides the MCP SDK's minimal set
+#: (HOME, LOGNAME, PATH, SHELL, TERM, USER): where to find CA certificates and the proxy, without
+#: which a server behind a TLS-intercepting proxy cannot reach the network. Its params' `env` wins.
+PASSED_THROUGH = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+)
+
+
+def passed_through_env() -> dict[str, str]:
+    """The `PASSED_THROUGH` variables set in ipybox's environment."""
+    return {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
+
+
+class StderrTail(contextlib.AbstractContextManager["StderrTail"]):
+    """Keeps the last lines a stdio server writes to stderr (`file`), to explain why it failed.
+
+    Read on the running event loop from a pipe, so a chatty server costs a bounded buffer; the
+    pipe is closed when the context ends.
+    """
+
+    def __init__(self, keep: int = 20) -> None:
+        import asyncio
+        from collections import deque
+
+        self._loop = asyncio.get_running_loop()
+        self._read, write = os.pipe()
+        os.set_blocking(self._read, False)
+        self.file = os.fdopen(write, "w")
+        self._keep = keep
+        self._tail: deque[bytes] = deque(maxlen=keep)
+        self._partial = b""
+        self._loop.add_reader(self._read, self._drain)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._read, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._loop.remove_reader(self._read)
+                return
+            *complete, self._partial = (self._partial + chunk).split(b"\n")
+            self._tail.extend(line for line in complete if line.strip())
+            self._partial = self._partial[-4096:]
+
+    def lines(self) -> str:
+        """What the server wrote last (up to `keep` lines), indented."""
+        self._drain()
+        last = [*self._tail, *([self._partial] if self._partial.strip() else [])][-self._keep :]
+        return "\n".join("  " + line.decode(errors="replace").rstrip() for line in last)
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.remove_reader(self._read)
+        os.close(self._read)
+        self.file.close()

@@ -40,6 +40,9 @@ class ToolReport:
 
     repaired: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    #: Output schemas of any JSON type but object (allowed since protocol 2026-07-28), by tool
+    #: name: the SDK's models of earlier versions drop them, API generation still types results.
+    output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class UnusableToolError(Exception):
@@ -201,6 +204,13 @@ class ToolRepair:
                 continue
             if notes:
                 self._repaired(name, "; ".join(notes))
+            output = tool.get("outputSchema") if isinstance(tool, dict) else None
+            if (
+                isinstance(output, dict)
+                and output.get("type", "object") != "object"
+                and "outputSchema" not in fixed
+            ):
+                self.report.output_schemas[name] = output
             kept.append(fixed)
         return result | {"tools": kept}
 

@@ -6,11 +6,15 @@
   reaches ipykernel through a pipe that a thread forwards; a cell ends only once that pipe is
   drained, so such output is never reported after the cell's result, or lost.
 - With `IPYBOX_WORKING_DIR` set, a cell that changed the working directory gets it changed back.
-- With `IPYBOX_APPROVE_SHELL` set, every `!cmd`, `x = !cmd` and `%%bash`/`%%sh` cell asks the
-  application (through the tool server) before it runs; with `IPYBOX_REQUIRE_SHELL_ESCAPE` also
+- With `IPYBOX_APPROVE_SHELL` set, every way IPython starts a program asks the application
+  (through the tool server) before it runs: `!cmd`, `!!cmd`, `x = !cmd`, `%sx`, `%system`,
+  `%sc`, `%%!`, `%pip`, `%conda`, aliases, `%man`, `%clear`, `%%script` and every script magic
+  (`%%bash`, `%%sh`, `%%perl`, `%%python3`, ...), and `get_ipython().system/system_raw/
+  system_piped/getoutput(...)`; with `IPYBOX_REQUIRE_SHELL_ESCAPE` also
   set, Python's own ways of starting a program raise instead, so commands take the approved path.
   This guard only steers code written in good faith: any Python code that means to get around
   it can (it can undo the patches, reach the originals, or use ctypes).
+- `!pip` and `%pip` install into the kernel's own Python (see `_pip_for_this_python`).
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ import contextlib
 import fcntl
 import functools
 import os
+import shlex
+import shutil
 import struct
 import sys
+import tempfile
 import termios
 import threading
 import time
@@ -66,7 +73,7 @@ def _restore_working_dir(directory: str) -> Callable[..., None]:
             changed = True
         if changed:
             os.chdir(directory)
-            sys.stdout.write(f"[ipybox] working directory changed back to {directory}\n")
+            sys.stdout.write(f"[ipybox] cwd reset to {directory}\n")
 
     return restore
 
@@ -109,18 +116,23 @@ def _expanded_already(shell: Any) -> Iterator[None]:
 
 
 def _approve_line_commands(shell: Any) -> None:
-    """Route `!cmd` (`system`) and `x = !cmd` (`getoutput`) through approval.
+    """Route `!cmd`, `!!cmd`, `x = !cmd` and every magic built on them through approval.
 
-    The command is expanded here, in the caller's namespace, so the application approves what
-    will run; the original methods run it without expanding it a second time.
+    `system` and `getoutput` are what `%sx`/`%system`/`%sc`/`%%!`, `%pip`/`%conda`/`%uv`,
+    aliases (`%ls`, ...), `%man` and `%clear` call; `system_piped` and `system_raw` are the
+    public ways around `system`. The command is expanded here, in the caller's namespace, so the
+    application approves what will run; the originals run it without expanding it again.
     """
-    system, getoutput = shell.system, shell.getoutput
+    getoutput = shell.getoutput
 
-    def approved_system(cmd: str) -> Any:
-        expanded = shell.var_expand(cmd, depth=1)
-        _ask("shell", expanded)
-        with _approved_run(), _expanded_already(shell):
-            return system(expanded)
+    def approving(run: Callable[[str], Any]) -> Callable[[str], Any]:
+        def approved_system(cmd: str) -> Any:
+            expanded = shell.var_expand(cmd, depth=1)
+            _ask("shell", expanded)
+            with _approved_run(), _expanded_already(shell):
+                return run(expanded)
+
+        return approved_system
 
     def approved_getoutput(cmd: str, split: bool = True, depth: int = 0) -> Any:
         expanded = shell.var_expand(cmd, depth=depth + 1)
@@ -128,35 +140,48 @@ def _approve_line_commands(shell: Any) -> None:
         with _approved_run(), _expanded_already(shell):
             return getoutput(expanded, split=split)
 
-    shell.system = approved_system
+    for name in ("system", "system_piped", "system_raw"):
+        setattr(shell, name, approving(getattr(shell, name)))
     shell.getoutput = approved_getoutput
 
 
 def _approve_cell_magics(shell: Any) -> None:
+    """Route `%%script` and every named script magic (`%%bash`, `%%sh`, `%%perl`, `%%ruby`,
+    `%%python3`, `%%pypy`, ... and any added by configuration) through approval.
+
+    They all run through `ScriptMagics.shebang`; the `script` entry is that method, bound. A
+    `%%bash`/`%%sh` cell is approved as its body (what the shell runs), others with their line.
+    """
     manager = shell.magics_manager
-    cell_magics = manager.magics["cell"]
-    for name in ("bash", "sh"):
-        # IPython may hold a lazy stand-in that looks itself up again when called: load it first.
-        find = getattr(manager, "find", None)
-        original = find("cell", name) if find is not None else cell_magics.get(name)
-        if original is None:
-            continue
+    find = getattr(manager, "find", None)  # IPython may register them lazily: load them now
+    if find is not None:
+        find("cell", "script")
+    magics = manager.registry.get("ScriptMagics")
+    if magics is None:
+        return
+    shebang = magics.shebang
 
-        def approved(line: str, cell: str | None = None, _run: Callable[..., Any] = original) -> Any:
-            _ask("shell_magic", cell or "")
-            with _approved_run():
-                return _run(line, cell)
+    @functools.wraps(shebang)  # keeps `parser`, which the magic reads from `self.shebang`
+    def approved(line: str, cell: str | None = None) -> Any:
+        words = line.split()
+        plain_shell = len(words) == 1 and os.path.basename(words[0]) in ("bash", "sh")
+        _ask("shell_magic", (cell or "") if plain_shell else f"%%script {line}\n{cell or ''}")
+        with _approved_run():
+            return shebang(line, cell)
 
-        cell_magics[name] = approved
+    magics.shebang = approved
+    manager.magics["cell"]["script"] = approved
 
 
 def _guard(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if not _approved:
+            shown = "subprocess" if name.startswith("subprocess.") else f"{name}()"  # upstream's wording
             raise RuntimeError(
-                f"{name}() is disabled in this kernel: start programs with a shell command "
-                "(`!cmd`, `x = !cmd` or a %%bash cell), which the application approves."
+                f"Direct {shown} calls are not allowed: {name}() is disabled in this kernel. Start "
+                "programs with a shell command (`!cmd`, `x = !cmd` or a %%bash cell), which the "
+                "application approves."
             )
         return func(*args, **kwargs)
 
@@ -177,6 +202,76 @@ def _require_shell_escape() -> None:
     subprocess.Popen.__init__ = _guard("subprocess.Popen", popen_init)  # type: ignore[method-assign]
 
 
+# --- pip -------------------------------------------------------------------------------------------
+
+#: `pip` for the kernel's Python: its own pip module if it has one, else uv's pip (environments
+#: made by uv, such as uvx's, have no pip); a clear refusal where the environment is read-only.
+_PIP_SHIM = """#!/bin/sh
+# pip for the Python of an ipybox kernel (written by ipybox at kernel start)
+py={python}
+case "$1" in
+install | uninstall)
+    own=""
+    for arg in "$@"; do
+        case "$arg" in --target* | -t | --prefix* | --root* | --user) own=1 ;; esac
+    done
+    site=$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    if [ -z "$own" ] && ! "$py" -c 'import os, sys; sys.exit(not os.access(sys.argv[1], os.W_OK))' "$site"
+    then
+        echo "pip: this kernel cannot write to its Python environment ($site)." \\
+            "A sandboxed kernel may write only its working directory and reach only the network" \\
+            "its policy allows: install the package outside the kernel (into the environment" \\
+            "ipybox runs in, or with the ipybox MCP server's install_package tool), then reset." >&2
+        exit 1
+    fi
+    ;;
+esac
+if "$py" -m pip --version >/dev/null 2>&1; then
+    exec "$py" -m pip "$@"
+fi
+uv=$(command -v uv 2>/dev/null || true)
+for candidate in "$HOME/.local/bin/uv" "$HOME/.cargo/bin/uv" \\
+    "${{XDG_DATA_HOME:-$HOME/.local/share}}/ipybox/uv-venv/bin/uv"; do
+    [ -n "$uv" ] && break
+    [ -x "$candidate" ] && uv=$candidate
+done
+if [ -z "$uv" ]; then
+    echo "pip: $py has no pip module and uv was not found on PATH;" \\
+        "install uv (docs.astral.sh/uv), or pip into that environment." >&2
+    exit 1
+fi
+[ "$#" -gt 0 ] || exec "$uv" pip --help
+command=$1
+shift
+exec "$uv" pip "$command" --python "$py" "$@"
+"""
+
+
+def _pip_for_this_python(shell: Any) -> None:
+    """Put a `pip` for this kernel's Python first on the kernel's PATH and make `%pip` use it.
+
+    `!pip` would otherwise run whichever pip is first on PATH (another Python's), and IPython's
+    `%pip` runs `python -m pip`, which environments made by uv lack. `%pip` goes through
+    `shell.system`, so with shell approval it is asked for like any `!cmd`.
+    """
+    directory = tempfile.mkdtemp(prefix="kernel-pip-")
+    shim = os.path.join(directory, "pip")
+    with open(shim, "w") as f:
+        f.write(_PIP_SHIM.format(python=shlex.quote(sys.executable)))
+    os.chmod(shim, 0o755)
+    os.symlink("pip", os.path.join(directory, "pip3"))
+    os.environ["PATH"] = os.pathsep.join([directory, os.environ.get("PATH", "")])
+    import atexit
+
+    atexit.register(shutil.rmtree, directory, True)
+
+    def pip(line: str) -> None:
+        shell.system(f"pip {line}")  # the shim, first on PATH; an approval shows `pip install x`
+        sys.stdout.write("Note: restart the kernel (reset) to use updated packages it had imported.\n")
+
+    shell.register_magic_function(pip, "line", "pip")
+
+
 def install(shell: Any) -> None:
     """Set all of the above up in the kernel's interactive shell."""
     shell.user_ns["exit"] = shell.user_ns["quit"] = _no_exit
@@ -186,6 +281,8 @@ def install(shell: Any) -> None:
     for name in ("FORCE_COLOR", "CLICOLOR_FORCE", "CLICOLOR"):
         os.environ.pop(name, None)
     shell.events.register("post_run_cell", drain_fd_output)
+    with contextlib.suppress(OSError):  # a kernel without a writable temp dir keeps IPython's pip
+        _pip_for_this_python(shell)
     if directory := os.environ.pop(WORKING_DIR_VAR, ""):
         shell.events.register("post_run_cell", _restore_working_dir(directory))
     if os.environ.pop(APPROVE_SHELL_VAR, "") == "1":

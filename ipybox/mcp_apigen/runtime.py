@@ -1,30 +1,50 @@
-"""What generated tool modules use at run time, in the kernel: the models' base and validators.
+"""The shared machinery of generated tool modules, in the kernel: model bases, the call, validators.
 
-Loaded by every generated module, so it imports only pydantic and the standard library.
-Invalid arguments raise `ToolArgumentError` with one line per bad field (where, what rule,
-what value) as soon as `Params` is built, so nothing is sent to the tool.
+A generated module holds only what is specific to its tool (its models and a one-line `run`);
+everything they share lives here. Loaded by every generated module, so it imports only
+pydantic and the standard library (never the MCP SDK). Invalid arguments raise
+`ToolArgumentError` with one line per bad field (where, what rule, what value) as soon as
+`Params` is built, so nothing is sent to the tool.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import re
 import sys
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, TypeVar, get_args
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Annotated, Any, Generic, Literal, TypeVar, cast, get_args
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 from pydantic._internal._model_construction import ModelMetaclass
+from pydantic.root_model import _RootModelMetaclass
 from pydantic_core import PydanticCustomError, core_schema
 
+from ipybox.tool_exec.client import ToolRunner
+
 __all__ = [
+    "Annotated",
+    "Any",
+    "Closed",
     "Email",
+    "Enum",
+    "Field",
+    "Literal",
     "OneOf",
+    "Open",
     "PythonPattern",
     "ToolArgumentError",
+    "ToolMap",
     "ToolModel",
     "ToolResultError",
+    "ToolValue",
     "UniqueItems",
+    "call",
     "describe_errors",
+    "package_attributes",
     "parse_result",
 ]
 
@@ -187,7 +207,7 @@ def _argument_error(cls: type[BaseModel], error: ValidationError, data: Any) -> 
     return _rebuild(ToolArgumentError, error, message)
 
 
-class _ToolModelMeta(ModelMetaclass):
+class _RaisesArgumentErrors(type):
     """Turns validation errors of `Model(...)` into `ToolArgumentError`.
 
     Hooked at the class call, not `__init__`: pydantic calls a custom `__init__` when it
@@ -202,8 +222,35 @@ class _ToolModelMeta(ModelMetaclass):
             raise _argument_error(cls, e, kwargs) from None  # type: ignore[arg-type]
 
 
+class _ToolModelMeta(_RaisesArgumentErrors, ModelMetaclass):
+    """The metaclass of generated object models."""
+
+
+class _ToolRootMeta(_RaisesArgumentErrors, _RootModelMetaclass):
+    """The metaclass of generated models of other values (`ToolValue`, `ToolMap`)."""
+
+
+#: Fields accept their Python names and the tool's own (aliased) names; the wire uses the latter.
+#: Invalid values, also when assigned later, raise `ToolArgumentError` before anything is sent.
+#: `from_attributes`: a model of another tool with the same fields passes where this one is expected.
+_CONFIG = ConfigDict(
+    validate_by_name=True,
+    validate_by_alias=True,
+    serialize_by_alias=True,
+    protected_namespaces=(),
+    validate_assignment=True,
+    from_attributes=True,
+    extra="allow",
+)
+
+
 class ToolModel(BaseModel, metaclass=_ToolModelMeta):
-    """Base of generated models: invalid values raise `ToolArgumentError`, one line per field."""
+    """Base of generated models: invalid values raise `ToolArgumentError`, one line per field.
+
+    Fields the schema does not declare are kept (JSON Schema allows them unless it says not).
+    """
+
+    model_config = _CONFIG
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -219,6 +266,59 @@ class ToolModel(BaseModel, metaclass=_ToolModelMeta):
             super().__setattr__(name, value)
         except ValidationError as e:
             raise _argument_error(type(self), e, {name: value}) from None
+
+
+class Open(ToolModel):
+    """An object whose schema allows properties it does not declare: they are kept as extra fields."""
+
+
+class Closed(ToolModel):
+    """An object whose schema declares every property it takes: any other raises before a call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+_V = TypeVar("_V")
+
+
+class ToolValue(RootModel[_V], Generic[_V], metaclass=_ToolRootMeta):
+    """A checked result that is not an object (a list, a string, a number): the value is `.root`.
+
+    Lists and strings can be indexed, iterated and measured (`len`) directly.
+    """
+
+    model_config = ConfigDict(from_attributes=True)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return iter(cast("Any", self.root))
+
+    def __len__(self) -> int:
+        return len(cast("Any", self.root))
+
+    def __getitem__(self, key: Any) -> Any:
+        return cast("Any", self.root)[key]
+
+
+class ToolMap(RootModel[dict[str, _V]], Mapping[str, _V], Generic[_V], metaclass=_ToolRootMeta):
+    """A checked object whose keys are data (`additionalProperties` only): a read-only mapping.
+
+    Every value is checked against the schema; it passes wherever a `dict` of the same values
+    is expected, e.g. into a parameter of another tool with the same schema.
+    """
+
+    model_config = ConfigDict(from_attributes=True)
+
+    def __getitem__(self, key: str) -> _V:
+        return self.root[key]
+
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
+        return iter(self.root)
+
+    def __len__(self) -> int:
+        return len(self.root)
 
 
 def parse_result(model: type[BaseModel], data: Any, tool_name: str) -> Any:
@@ -320,3 +420,72 @@ class _EmailCheck:
 
 #: A `str` that must look like an email address (no extra package needed in the kernel).
 Email = Annotated[str, _EmailCheck()]
+
+
+# --- calling a tool ---------------------------------------------------------------------------
+
+_P = TypeVar("_P", bound=BaseModel)
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """What a tool module's `run` needs, looked up once per module."""
+
+    tool_name: str
+    runner: ToolRunner
+
+
+_BINDINGS: dict[type[BaseModel], _Binding] = {}
+
+
+def _bind(params_type: type[BaseModel]) -> _Binding:
+    module = sys.modules[params_type.__module__]
+    package = sys.modules[module.__name__.rpartition(".")[0]]
+    binding = _Binding(module.TOOL_NAME, ToolRunner(package.SERVER_NAME, package.SERVER_PARAMS))
+    _BINDINGS[params_type] = binding
+    return binding
+
+
+def call(params_type: type[_P], params: _P | Mapping[str, Any], result_type: type[_R]) -> _R:
+    """Validate `params`, call the tool of `params_type`'s module and return its result as `result_type`.
+
+    `result_type` is a generated model (the result is checked against the output schema) or
+    `str` (a tool without an output schema: its text).
+    """
+    __tracebackhide__ = True
+    binding = _BINDINGS.get(params_type) or _bind(params_type)
+    if type(params) is not params_type:
+        params = params_type.model_validate(params)
+    args = cast("BaseModel", params).model_dump(mode="json", exclude_unset=True)
+    result = binding.runner.run_sync(binding.tool_name, args)
+    if result_type is str:
+        return cast("_R", result if isinstance(result, str) else str(result))
+    model = cast("type[BaseModel]", result_type)
+    if isinstance(result, str) and issubclass(model, RootModel):
+        # A non-object result reaches the kernel as text (its JSON, or a string as it is) on
+        # protocol versions before 2026-07-28, which allow only objects as structured content.
+        try:
+            return cast("_R", model.__pydantic_validator__.validate_python(json.loads(result)))
+        except ValueError:
+            pass
+    return cast("_R", parse_result(model, result, binding.tool_name))
+
+
+# --- the package of a server ------------------------------------------------------------------
+
+
+def package_attributes(
+    package: str, tools: list[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """`__getattr__` and `__dir__` for a server's package: its tool modules, imported on first use."""
+
+    def getattr_(name: str) -> Any:
+        if name in tools:
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r} (its tools: {', '.join(tools)})")
+
+    def dir_() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(tools))
+
+    return getattr_, dir_

@@ -27,9 +27,23 @@ _MAX_FLOAT = int(sys.float_info.max)
 _MAX_COUNT = 2**32  # larger lengths and item counts are no constraint in practice (and overflow)
 _SCALARS = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
 
-#: Where each name that generated annotations may use comes from (only those used are imported).
+_RUNTIME = "ipybox.mcp_apigen.runtime"
+#: Where each name that generated code may use comes from (only those used are imported).
 IMPORTS = {
     "Annotated": "typing",
+    "Any": "typing",
+    "Closed": _RUNTIME,
+    "Email": _RUNTIME,
+    "Enum": "enum",
+    "Field": "pydantic",
+    "Literal": "typing",
+    "OneOf": _RUNTIME,
+    "Open": _RUNTIME,
+    "PythonPattern": _RUNTIME,
+    "ToolMap": _RUNTIME,
+    "ToolValue": _RUNTIME,
+    "UniqueItems": _RUNTIME,
+    "call": _RUNTIME,
     "AnyUrl": "pydantic",
     "AwareDatetime": "pydantic",
     "DateTime": "datetime:datetime",
@@ -38,10 +52,6 @@ IMPORTS = {
     "UUID": "uuid",
     "IPv4Address": "ipaddress",
     "IPv6Address": "ipaddress",
-    "Email": "ipybox.mcp_apigen.runtime",
-    "OneOf": "ipybox.mcp_apigen.runtime",
-    "PythonPattern": "ipybox.mcp_apigen.runtime",
-    "UniqueItems": "ipybox.mcp_apigen.runtime",
 }
 
 #: Types for string formats; `date-time` in results accepts values without a UTC offset.
@@ -93,10 +103,6 @@ _TYPED_KEYWORDS = (
 
 #: Names the generated code uses in class bodies; a field must not shadow them there.
 _ANNOTATION_NAMES = {
-    "Any",
-    "Literal",
-    "Enum",
-    "Field",
     "BaseModel",
     "RootModel",
     "ToolModel",
@@ -114,13 +120,21 @@ _ANNOTATION_NAMES = {
 _MODULE_RESERVED = _ANNOTATION_NAMES | set(dir(builtins))
 
 
-def import_lines(names: set[str]) -> str:
-    """`from ... import ...` lines for the `IMPORTS` names a module uses."""
+#: String literals as generated code writes them (`repr()` and `docstring()`), and names.
+_STRING = re.compile(r"""(\"\"\"|'''|"|')(?:\\.|(?!\1).)*?\1""", re.S)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def import_lines(source: str) -> str:
+    """`from ... import ...` lines for the `IMPORTS` names `source` uses."""
     by_module: dict[str, list[str]] = {}
-    for name in sorted(names):
+    used = set(_NAME.findall(_STRING.sub("", source)))  # tokenize would be 10x slower
+    for name in sorted(used & set(IMPORTS), key=lambda n: (n[0].islower(), n)):
         module, _, original = IMPORTS[name].partition(":")
         by_module.setdefault(module, []).append(f"{original} as {name}" if original else name)
-    lines = [f"from {module} import {', '.join(items)}" for module, items in sorted(by_module.items())]
+    order = {"pydantic": 1, _RUNTIME: 2}  # the standard library first, as isort would
+    modules = sorted(by_module.items(), key=lambda item: (order.get(item[0], 0), item[0]))
+    lines = [f"from {module} import {', '.join(items)}" for module, items in modules]
     return "\n".join(lines)
 
 
@@ -232,7 +246,6 @@ class ModelWriter:
         self._notes: list[str] = []  # what the annotations being written cannot check
         self.recursive = False
         self.names: set[str] = set()  # every class or alias this writer defined
-        self.imports: set[str] = set()  # the `IMPORTS` names the source uses
         self._defined: set[str] = set()  # names defined as classes (models and enums)
 
     @property
@@ -300,7 +313,6 @@ class ModelWriter:
     def _constrained(self, base: str, args: list[str], metadata: tuple[str, ...] = ()) -> str:
         if not args and not metadata:
             return base
-        self.imports.add("Annotated")
         parts = [base, *([f"Field({', '.join(args)})"] if args else []), *metadata]
         return f"Annotated[{', '.join(parts)}]"
 
@@ -313,7 +325,6 @@ class ModelWriter:
             if engine == "pydantic":
                 args.append(f"pattern={py_literal(pattern)}")
             elif engine == "re":
-                self.imports.add("PythonPattern")
                 metadata = (f"PythonPattern({py_literal(pattern)})",)
             else:
                 unusable = "(not a regular expression Python can use)"
@@ -325,7 +336,6 @@ class ModelWriter:
             sized = typed in _SIZED_FORMAT_TYPES and not metadata
             if typed is not None and (not (args or metadata) or sized):
                 base = typed
-                self.imports.add(typed)
                 args = [a for a in args if not a.startswith("pattern=")]
             else:
                 self._notes.append(_keyword("format", fmt))
@@ -348,15 +358,13 @@ class ModelWriter:
         sized = annotation.startswith("list[")
         args = _lengths(schema, "minItems", "maxItems") if sized else []
         unique = ("UniqueItems()",) if schema.get("uniqueItems") is True else ()
-        if unique:
-            self.imports.add("UniqueItems")
         return self._constrained(annotation, args, unique)
 
     def _ref(self, ref: Any) -> str:
         if not isinstance(ref, str) or not ref.startswith("#"):
             return "Any"
         if ref in self._refs:
-            self.recursive = True
+            self.recursive = self.recursive or self._refs[ref] in self._pending
             self._notes += self._ref_notes.get(ref, [])
             return self._refs[ref]
         target: Any = self._root
@@ -417,7 +425,6 @@ class ModelWriter:
             v for v in values if v is None or isinstance(v, (str, int, bool)) and not isinstance(v, float)
         ]
         if len(scalars) != len(values):  # floats, objects and arrays cannot be Literal members
-            self.imports |= {"Annotated", "OneOf"}
             return f"Annotated[Any, OneOf({', '.join(py_literal(v) for v in values)})]"
         members = [py_literal(v) for v in values if v is not None]
         literal = f"Literal[{', '.join(dict.fromkeys(members))}]" if members else "None"
@@ -449,23 +456,26 @@ class ModelWriter:
                 annotation = f"dict[str, {self.annotation(extra, f'{hint}Value')}]"
                 self._notes[mark:] = [f"each value: {note}" for note in self._notes[mark:]]
             return self._constrained(annotation, _lengths(schema, "minProperties", "maxProperties"))
+        doc: str | None = None
         if self._ref_class == hint:
             name, self._ref_class = hint, None
-        else:
-            name = self.claim(class_name(hint))
-        self.model(name, schema, extra="forbid" if extra is False else "allow")
+        else:  # a property's own object: its description is the field's, not repeated on the class
+            name, doc = self.claim(class_name(hint)), ""
+        self.model(name, schema, extra="forbid" if extra is False else "allow", doc=doc)
         return name
 
     # -- models ------------------------------------------------------------------------------
 
     def model(self, name: str, schema: dict[str, Any], extra: str, doc: str | None = None) -> None:
-        """Define a `ToolModel` subclass `name` for an object schema."""
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        """Define a model class `name` for an object schema (`Closed` if `extra` is "forbid")."""
+        properties = dict(schema["properties"]) if isinstance(schema.get("properties"), dict) else {}
         required = set(schema.get("required") or []) if isinstance(schema.get("required"), list) else set()
+        # A required name the schema does not declare is still a property the tool needs.
+        properties |= {str(r): {} for r in sorted(required, key=str) if r not in properties}
         placeholder = len(self._classes)
         self._classes.append("")  # keep definition order: dependencies are appended after this slot
         self._defined.add(name)
-        lines = [f"class {name}(ToolModel):"]
+        lines = [f"class {name}({'Closed' if extra == 'forbid' else 'Open'}):"]
         mark = len(self._notes)
         self._note_keywords(schema, _UNCHECKED_ANY + _UNCHECKED_OBJECT + ("minProperties", "maxProperties"))
         extra_schema = schema.get("additionalProperties")
@@ -473,19 +483,17 @@ class ModelWriter:
             self._notes.append(_keyword("additionalProperties", extra_schema))
         description = doc if doc is not None else schema.get("description")
         own = description if isinstance(description, str) else None
-        description = _with_notes(own, self.take_notes(mark))
+        description = with_notes(own, self.take_notes(mark))
         if description and description.strip():
             lines.append(docstring(description, "    "))
-            lines.append("")
-        lines.append(f"    model_config = {'_CLOSED' if extra == 'forbid' else '_OPEN'}")
         # A property whose name is a valid field name keeps it; the others get names that are no
         # property's name, since a field's name must not match another field's (wire) alias.
-        wire_names = {str(prop) for prop in properties or {}}
+        wire_names = {str(prop) for prop in properties}
         fields = UniqueNames(MODEL_RESERVED | _ANNOTATION_NAMES | {name} | wire_names, ignore_case=False)
         specs = []
-        for prop, prop_schema in (properties or {}).items():
-            own = _field_name(str(prop)) == prop and prop != name
-            field = str(prop) if own else fields.claim(_field_name(str(prop)))
+        for prop, prop_schema in properties.items():
+            own = field_name(str(prop)) == prop and prop != name
+            field = str(prop) if own else fields.claim(field_name(str(prop)))
             hint = class_name(field)
             if not self._class_names.available(hint):
                 hint = f"{name}{hint}"
@@ -498,6 +506,8 @@ class ModelWriter:
             if field in self.names:  # a field named like a class would hide it from later annotations
                 field = fields.claim(f"{field}_")
             lines.append(self._field(field, wire, annotation, prop_schema, is_required, forward, notes))
+        if len(lines) == 1:
+            lines.append("    pass")
         self._models.append(name)
         self._classes[placeholder] = "\n".join(lines)
         # nested classes were appended after the placeholder; move this class after them
@@ -513,21 +523,23 @@ class ModelWriter:
         forward: bool,
         notes: list[str],
     ) -> str:
-        args: list[str] = []
-        has_default = isinstance(schema, dict) and "default" in schema
-        if has_default:
-            args.append(f"default={py_literal(schema['default'])}")
+        default: str | None = None
+        if isinstance(schema, dict) and "default" in schema:
+            default = py_literal(schema["default"])
         elif not required:
             annotation = _union([annotation, "None"])
-            args.append("default=None")
+            default = "None"
         if forward:  # refers to a class defined further down: let pydantic resolve it later
             annotation = repr(annotation)
+        args = [default] if default is not None else []
         if field != wire:
             args.append(f"alias={py_literal(wire)}")
         description = schema.get("description") if isinstance(schema, dict) else None
-        description = _with_notes(description if isinstance(description, str) else None, notes)
+        description = with_notes(description if isinstance(description, str) else None, notes)
         if description:
             args.append(f"description={py_literal(description)}")
+        if args == [default]:
+            return f"    {field}: {annotation} = {default}"
         if not args:
             return f"    {field}: {annotation}"
         return f"    {field}: {annotation} = Field({', '.join(args)})"
@@ -548,7 +560,7 @@ def _divides_one(step: float) -> bool:
         return False
 
 
-def _with_notes(description: str | None, notes: list[str]) -> str | None:
+def with_notes(description: str | None, notes: list[str]) -> str | None:
     """The description, followed by what the model does not check (so a reader of `Params` sees it)."""
     if not notes:
         return description
@@ -597,7 +609,7 @@ def _bounds(schema: dict[str, Any], integer: bool, notes: list[str]) -> list[str
     return args
 
 
-def _field_name(prop: str) -> str:
+def field_name(prop: str) -> str:
     name = identifier(prop, fallback="field")
     if name in MODEL_RESERVED or name in _ANNOTATION_NAMES or keyword.iskeyword(name):
         name += "_"

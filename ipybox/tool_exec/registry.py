@@ -1,8 +1,12 @@
 """The MCP servers an application has registered, per workspace: the only ones a tool server will start.
 
 Each workspace (its resolved path) has its own file under the per-user state dir, so a server
-registered in one workspace is unknown in another. Sandboxed kernels can neither read nor
-write the state dir (see `ipybox.sandbox.config.kernel_policy`).
+registered in one workspace is unknown in another. `generate_mcp_sources(..., root_dir=X)`
+registers in `X` and its parent; an executor trusts its working directory and the directories
+its application put on the kernel's `PYTHONPATH` (`module_dirs`), so generated modules work
+wherever they were written. Only the application decides those places: sandboxed kernels can
+neither read nor write the state dir (see `ipybox.sandbox.config.kernel_policy`), and a kernel's
+own `sys.path` or `os.environ` changes are never consulted.
 """
 
 from __future__ import annotations
@@ -33,8 +37,19 @@ def registry_file(workspace: Path | None) -> Path:
     """The file holding the registrations of `workspace` (None: of every workspace)."""
     if workspace is None:
         return state_dir() / _ALL_WORKSPACES
-    key = hashlib.sha256(str(Path(workspace).resolve()).encode()).hexdigest()[:32]
-    return state_dir() / "workspaces" / f"{key}.json"
+    return state_dir() / "workspaces" / f"{_workspace_key(str(workspace), os.getcwd())}.json"
+
+
+@functools.lru_cache(maxsize=64)
+def _workspace_key(workspace: str, cwd: str) -> str:
+    """The file name of a workspace's registrations (cached: every tool call checks the registry)."""
+    return hashlib.sha256(str(Path(cwd, workspace).resolve()).encode()).hexdigest()[:32]
+
+
+def module_dirs(kernel_env: Mapping[str, str], working_dir: Path) -> list[Path]:
+    """The directories `kernel_env`'s `PYTHONPATH` names (relative ones from `working_dir`)."""
+    entries = kernel_env.get("PYTHONPATH", "").split(os.pathsep)
+    return [(working_dir / entry).resolve() for entry in entries if entry]
 
 
 def _canonical(params: Mapping[str, Any]) -> str:

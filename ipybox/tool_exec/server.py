@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_connect import PlaceholderError, Placeholders, placeholder_values, redact, resolve
+from ipybox.mcp_connect import (
+    PlaceholderError,
+    Placeholders,
+    placeholder_names,
+    placeholder_values,
+    redact,
+    resolve,
+)
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
@@ -42,8 +49,9 @@ class ToolServer:
     the kernel's `IPYBOX_TOOL_SERVER_TOKEN`; the unix socket is private to its owner.
     MCP servers start on their first call and stay connected until `reset()`
     or `stop()`. Only servers registered by the application for `workspace` (default: the
-    current directory; `generate_mcp_sources` or the `servers` argument) are ever started,
-    whatever parameters a request carries.
+    current directory) or for one of `module_dirs` (the directories the application puts on its
+    kernels' `PYTHONPATH`), by `generate_mcp_sources` or the `servers` argument, are ever
+    started, whatever parameters a request carries.
 
     `${VAR}` placeholders take values from `workspace/.env` and the environment (all of it by
     default, only the names in `allow_env` if given), or exactly from `placeholder_env`; they
@@ -68,10 +76,12 @@ class ToolServer:
         allow_env: Iterable[str] | None = None,
         placeholder_env: Mapping[str, str] | None = None,
         token: str | None = None,
+        module_dirs: Iterable[Path] = (),
     ) -> None:
         self.host, self.port = host, port
         self.token = token or secrets.token_urlsafe(32)
         self.workspace = (workspace or Path.cwd()).resolve()
+        self.module_dirs = tuple(d.resolve() for d in map(Path, module_dirs) if d.resolve() != self.workspace)
         self.placeholders = Placeholders.of(self.workspace, allow_env, placeholder_env)
         self.path = Path(path) if path else None
         self.approval = ApprovalChannel(approval_required, approval_timeout)
@@ -140,7 +150,19 @@ class ToolServer:
             return False
         if server_name in self._servers:
             return self._servers[server_name] == dict(server_params)
-        return registry.is_registered(server_name, server_params, self.workspace)
+        return any(
+            registry.is_registered(server_name, server_params, place)
+            for place in (self.workspace, *self.module_dirs)
+        )
+
+    def _unregistered(self, server_name: str) -> str:
+        places = f"workspace {self.workspace}"
+        if self.module_dirs:
+            places += " or in " + ", ".join(map(str, self.module_dirs)) + " (the kernel's PYTHONPATH)"
+        return (
+            f"MCP server {server_name!r} is not registered with these parameters in {places}, so it "
+            "will not be started. The application registers servers with generate_mcp_sources()."
+        )
 
     async def run(
         self, server_name: str, server_params: Mapping[str, Any], tool_name: str, tool_args: dict[str, Any]
@@ -161,12 +183,9 @@ class ToolServer:
         refusal: dict[str, Any] = {}  # the variables and rule of a refused placeholder
         try:
             if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
-                raise ToolCallError(
-                    f"MCP server {server_name!r} is not registered with these parameters in workspace "
-                    f"{self.workspace}, so it will not be started. The application registers servers "
-                    "with generate_mcp_sources()."
-                )
-            env = self.placeholders.values()
+                raise ToolCallError(self._unregistered(server_name))
+            # the environment is read only for parameters with placeholders (most have none)
+            env = self.placeholders.values() if placeholder_names(server_params) else {}
             secrets = placeholder_values(server_params, env)
             if self.audit is not None:
                 self.audit.add_secrets(secrets)

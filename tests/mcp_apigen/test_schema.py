@@ -15,21 +15,6 @@ from ipybox.mcp_apigen.generate import ToolGenerationError, ToolSpec, tool_modul
 from ipybox.mcp_apigen.names import UniqueNames, class_name, identifier, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines
 
-HEADER = """\
-from enum import Enum
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, RootModel
-
-from ipybox.mcp_apigen.runtime import ToolModel
-
-_SHARED = dict(
-    validate_by_name=True, validate_by_alias=True, serialize_by_alias=True, protected_namespaces=()
-)
-_CLOSED = ConfigDict(**_SHARED, extra="forbid")
-_OPEN = ConfigDict(**_SHARED, extra="allow")
-"""
-
 
 def squash(text: str) -> str:
     return " ".join(text.replace("\r\n", "\n").split())
@@ -41,7 +26,7 @@ def build(schema: dict[str, Any], extra: str = "forbid") -> dict[str, Any]:
     writer.model("Params", schema, extra=extra)
     namespace: dict[str, Any] = {}
     # dont_inherit: this module's `from __future__ import annotations` must not apply to the source
-    source = HEADER + import_lines(writer.imports) + "\n\n" + writer.source
+    source = import_lines(writer.source) + "\n\n" + writer.source
     exec(compile(source, "<schema>", "exec", dont_inherit=True), namespace)
     return namespace
 
@@ -160,7 +145,10 @@ def test_string_enum_becomes_an_enum_class() -> None:
     values = ["a-b", "c d", "1x", "class", "", "name", "value", "_private", "mro"]
     assert writer.annotation({"type": "string", "enum": values}, "Kind") == "Kind"
     namespace: dict[str, Any] = {}
-    exec(compile(HEADER + writer.source, "<enum>", "exec", dont_inherit=True), namespace)
+    exec(
+        compile(import_lines(writer.source) + "\n" + writer.source, "<enum>", "exec", dont_inherit=True),
+        namespace,
+    )
     kind = namespace["Kind"]
     assert [m.value for m in kind] == values
     for member in kind:
@@ -257,7 +245,9 @@ def test_refs_define_one_model_each_and_recursion_works() -> None:
         for v in namespace.values()
         if isinstance(v, type) and issubclass(v, BaseModel) and v is not BaseModel
     ]
-    assert {m.__name__ for m in models if m is not params} - {"RootModel", "ToolModel"} == {"Node"}
+    assert {m.__name__ for m in models if m is not params} - {"RootModel", "ToolModel", "Open", "Closed"} == {
+        "Node"
+    }
 
 
 def test_self_reference_to_the_root() -> None:
@@ -349,7 +339,7 @@ def test_tool_module_source_for_output_schemas_compiles() -> None:
     tree = ast.parse(source)
     defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     assert {"Params", "Result", "run"} <= defined
-    assert "class Result(RootModel[" in source
+    assert "class Result(ToolValue[" in source
 
 
 def test_tool_module_source_reports_the_tool_it_cannot_generate() -> None:

@@ -145,7 +145,7 @@ def path_without(tmp_path: Path, *tools: str) -> str:
 @pytest.mark.parametrize(
     ("plugin_name", "missing", "expected"),
     [
-        ("codeact-default", "uv", "needs uv"),
+        ("codeact-default", "uv", "needs uv, which is not installed: run 'python3 -m venv"),
         ("codeact-sandbox", "srt", "srt (npm install -g @anthropic-ai/sandbox-runtime)"),
         ("codeact-docker", "docker", "needs a container engine"),
     ],

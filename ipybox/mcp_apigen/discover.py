@@ -1,0 +1,127 @@
+"""Finding tools by keyword, in the kernel: compact signatures of generated and saved tools.
+
+`search("weather forecast")` reads the signatures a server's package lists in its docstring
+(`mcptools/<server>/__init__.py`) and the interfaces of saved code actions
+(`gentools/<category>/<name>/api.py`) without importing them, and returns the best matches,
+one signature and summary each. Standard library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_WORD = re.compile(r"[a-z0-9]+")
+_MAX_RESULTS = 8
+
+
+class Signatures(str):
+    """Signatures as text; shown as they are (not as a quoted string) when a cell ends with one."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    qualname: str  # e.g. mcptools.weather.forecast
+    text: str  # signature line(s) as shown
+
+    def score(self, terms: list[str]) -> int:
+        name, text = _words(self.qualname), _words(self.text)
+        total = 0
+        for term in terms:
+            if any(w == term or (len(term) > 3 and w.startswith(term[:-1])) for w in name):
+                total += 3
+            elif any(w.startswith(term) or (len(term) > 3 and w.startswith(term[:-1])) for w in text):
+                total += 1
+        return total
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower().replace("_", " ")))
+
+
+def _server_entries(package: Path) -> list[_Entry]:
+    """The signatures a generated package lists in its docstring (one entry per tool)."""
+    doc = _docstring(package / "__init__.py")
+    entries: list[_Entry] = []
+    for block in doc.split("\n\n")[1:]:
+        first = block.strip().split("(", 1)[0]
+        if first.isidentifier():
+            entries.append(_Entry(f"mcptools.{package.name}.{first}", block.strip()))
+    return entries
+
+
+def _gentool_entry(api: Path) -> _Entry | None:
+    """`run`'s signature and the docstring's first line of a saved code action's `api.py`."""
+    try:
+        tree = ast.parse(api.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    run = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"), None)
+    if run is None:
+        return None
+    returns = ast.unparse(run.returns) if run.returns else "Any"
+    fields = _class_fields(tree, returns)
+    summary = (ast.get_docstring(tree) or "").strip().splitlines()
+    qualname = f"gentools.{api.parent.parent.name}.{api.parent.name}"
+    text = f"{qualname}.run({ast.unparse(run.args)}) -> {returns}{fields}"
+    return _Entry(qualname, text + (f"\n    {summary[0]}" if summary else ""))
+
+
+def _class_fields(tree: ast.Module, name: str) -> str:
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if cls is None:
+        return ""
+    fields = [
+        f"{n.target.id}: {ast.unparse(n.annotation)}"
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    ]
+    return "{" + ", ".join(fields) + "}"
+
+
+def _docstring(path: Path) -> str:
+    try:
+        return ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    except (OSError, SyntaxError, ValueError):
+        return ""
+
+
+def entries(root: Path | str = ".") -> list[_Entry]:
+    """Every tool under `root/mcptools` and saved code action under `root/gentools`."""
+    root = Path(root)
+    found: list[_Entry] = []
+    for init in sorted((root / "mcptools").glob("*/__init__.py")):
+        found += _server_entries(init.parent)
+    for api in sorted((root / "gentools").glob("*/*/api.py")):
+        if (entry := _gentool_entry(api)) is not None:
+            found.append(entry)
+    return found
+
+
+def search(query: str = "", limit: int = _MAX_RESULTS, root: Path | str = ".") -> Signatures:
+    """Compact signatures of the tools that best match the words of `query` (all tools if empty).
+
+    Searches the MCP tools in `mcptools/` and the saved code actions in `gentools/` under
+    `root` (the workspace). A signature `tool(field: type = default, ...) -> result` names the
+    fields of the tool module's `Params` and the shape of its `Result` (`str` for text);
+    call it as `from mcptools.<server> import <tool>; <tool>.run(<tool>.Params(...))`.
+    """
+    terms = sorted(_words(query))
+    candidates = entries(root)
+    if terms:
+        scored = [(entry.score(terms), i, entry) for i, entry in enumerate(candidates)]
+        candidates = [e for s, _, e in sorted(scored, key=lambda t: (-t[0], t[1])) if s > 0][:limit]
+    if not candidates:
+        return Signatures(f"No tool matches {query!r} under {Path(root).resolve()}/mcptools or gentools.")
+    lines = []
+    for entry in candidates:
+        head, _, rest = entry.text.partition("\n")
+        if entry.qualname.startswith("mcptools."):
+            head = entry.qualname.rsplit(".", 1)[0] + "." + head
+        lines.append(head + (f"\n{rest}" if rest else ""))
+    return Signatures("\n".join(lines))
