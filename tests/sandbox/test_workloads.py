@@ -79,11 +79,14 @@ async def test_numpy_and_matplotlib_work_without_warnings(executor: CodeExecutor
     text = await run(
         executor,
         "import numpy as np, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
-        "plt.plot(np.arange(10) ** 2)\nplt.savefig('plot.png')\nprint(matplotlib.get_cachedir())",
+        "plt.plot(np.arange(10) ** 2)\nplt.savefig('plot.png')\nimport tempfile\n"
+        "print(matplotlib.get_cachedir(), tempfile.gettempdir())",
         timeout=90,
     )
     assert len(text.splitlines()) == 1, text  # no warning lines
-    assert "/kernels/" in text and (workspace / "plot.png").stat().st_size > 1000
+    cache, tmp = text.split()
+    assert "/kernels/" in cache and "/kernels/" in tmp  # the kernel's private dir
+    assert (workspace / "plot.png").stat().st_size > 1000
 
 
 async def test_pip_runs_as_on_the_host(executor: CodeExecutor) -> None:
