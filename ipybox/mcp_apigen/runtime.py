@@ -289,6 +289,9 @@ class ToolValue(RootModel[_V], Generic[_V], metaclass=_ToolRootMeta):
 
     model_config = ConfigDict(from_attributes=True)
 
+    def __str__(self) -> str:
+        return str(self.root)
+
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         return iter(cast("Any", self.root))
 
