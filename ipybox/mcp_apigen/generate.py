@@ -178,6 +178,28 @@ def _init_source(server_name: str, server_params: dict[str, Any], signatures: di
     )
 
 
+def _write_package(root_dir: Path, server_name: str, files: dict[str, str]) -> None:
+    """Replace `root_dir/server_name/` with `files` (name -> text) at once; every write is here.
+
+    A workspace's `mcptools/` also gets an `__init__.py` that offers `search()`, once.
+    """
+    root_dir.mkdir(parents=True, exist_ok=True)
+    root_init = root_dir / "__init__.py"
+    if root_dir.name == "mcptools" and not root_init.exists():
+        root_init.write_text(_ROOT_INIT, encoding="utf-8")
+    staging = Path(tempfile.mkdtemp(prefix=f".{server_name}-", dir=root_dir))
+    try:
+        for name, text in files.items():
+            (staging / name).write_text(text, encoding="utf-8")
+        target = root_dir / server_name
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def _parser_sections(package: Path) -> dict[str, str]:
     """Output parsers added to existing modules (below `PARSER_MARKER`), by module name."""
     sections: dict[str, str] = {}
@@ -304,24 +326,9 @@ async def generate_mcp_sources(
     for module, extension in _parser_sections(root_dir / server_name).items():
         if module in modules:
             modules[module] += "\n\n" + extension
-    root_dir.mkdir(parents=True, exist_ok=True)
-    root_init = root_dir / "__init__.py"
-    if root_dir.name == "mcptools" and not root_init.exists():  # a workspace's: `from mcptools import search`
-        root_init.write_text(_ROOT_INIT, encoding="utf-8")
-    staging = Path(tempfile.mkdtemp(prefix=f".{server_name}-", dir=root_dir))
-    try:
-        (staging / "__init__.py").write_text(
-            _init_source(server_name, server_params, signatures), encoding="utf-8"
-        )
-        for module, source in modules.items():
-            (staging / f"{module}.py").write_text(source, encoding="utf-8")
-        target = root_dir / server_name
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    files = {"__init__.py": _init_source(server_name, server_params, signatures)}
+    files |= {f"{module}.py": source for module, source in modules.items()}
+    _write_package(root_dir, server_name, files)
     for directory in trusted_in:
         registry.register(server_name, server_params, directory)
     return GeneratedModules(list(modules), report.skipped, report.repaired)
