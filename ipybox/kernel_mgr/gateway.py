@@ -41,6 +41,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 KERNEL_MODULES = (
     "tool_exec/client.py",
     "mcp_apigen/runtime.py",
+    "mcp_apigen/discover.py",
     "kernel_mgr/in_kernel.py",
     "kernel_mgr/kernel_files.py",
 )
