@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import keyword
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -184,9 +185,14 @@ def _write_package(root_dir: Path, server_name: str, files: dict[str, str]) -> N
     A workspace's `mcptools/` also gets an `__init__.py` that offers `search()`, once.
     """
     root_dir.mkdir(parents=True, exist_ok=True)
-    root_init = root_dir / "__init__.py"
-    if root_dir.name == "mcptools" and not root_init.exists():
-        root_init.write_text(_ROOT_INIT, encoding="utf-8")
+    if root_dir.name == "mcptools":
+        try:  # O_EXCL: never through a link a kernel may have planted there
+            fd = os.open(root_dir / "__init__.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            pass  # the user's own, or ours from before
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(_ROOT_INIT)
     staging = Path(tempfile.mkdtemp(prefix=f".{server_name}-", dir=root_dir))
     try:
         for name, text in files.items():
