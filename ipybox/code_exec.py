@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from ipybox import _safe_fs
 from ipybox.kernel_mgr import transfer
 from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.gateway import (
@@ -491,10 +492,9 @@ class CodeExecutor:
 
     def _save_images(self, images: list[bytes]) -> list[Path]:
         paths: list[Path] = []
-        for data in images:
-            self.images_dir.mkdir(parents=True, exist_ok=True)
+        for data in images:  # never through a link the kernel planted in its working directory
             path = self.images_dir / f"{uuid.uuid4().hex[:12]}.png"
-            path.write_bytes(data)
+            _safe_fs.create_file(path, data, self.working_dir)
             paths.append(path)
         return paths
 

@@ -6,8 +6,11 @@
   reaches ipykernel through a pipe that a thread forwards; a cell ends only once that pipe is
   drained, so such output is never reported after the cell's result, or lost.
 - With `IPYBOX_WORKING_DIR` set, a cell that changed the working directory gets it changed back.
-- With `IPYBOX_APPROVE_SHELL` set, every `!cmd`, `x = !cmd` and `%%bash`/`%%sh` cell asks the
-  application (through the tool server) before it runs; with `IPYBOX_REQUIRE_SHELL_ESCAPE` also
+- With `IPYBOX_APPROVE_SHELL` set, every way IPython starts a program asks the application
+  (through the tool server) before it runs: `!cmd`, `!!cmd`, `x = !cmd`, `%sx`, `%system`,
+  `%sc`, `%%!`, `%pip`, `%conda`, aliases, `%man`, `%clear`, `%%script` and every script magic
+  (`%%bash`, `%%sh`, `%%perl`, `%%python3`, ...), and `get_ipython().system/system_raw/
+  system_piped/getoutput(...)`; with `IPYBOX_REQUIRE_SHELL_ESCAPE` also
   set, Python's own ways of starting a program raise instead, so commands take the approved path.
   This guard only steers code written in good faith: any Python code that means to get around
   it can (it can undo the patches, reach the originals, or use ctypes).
@@ -113,18 +116,23 @@ def _expanded_already(shell: Any) -> Iterator[None]:
 
 
 def _approve_line_commands(shell: Any) -> None:
-    """Route `!cmd` (`system`) and `x = !cmd` (`getoutput`) through approval.
+    """Route `!cmd`, `!!cmd`, `x = !cmd` and every magic built on them through approval.
 
-    The command is expanded here, in the caller's namespace, so the application approves what
-    will run; the original methods run it without expanding it a second time.
+    `system` and `getoutput` are what `%sx`/`%system`/`%sc`/`%%!`, `%pip`/`%conda`/`%uv`,
+    aliases (`%ls`, ...), `%man` and `%clear` call; `system_piped` and `system_raw` are the
+    public ways around `system`. The command is expanded here, in the caller's namespace, so the
+    application approves what will run; the originals run it without expanding it again.
     """
-    system, getoutput = shell.system, shell.getoutput
+    getoutput = shell.getoutput
 
-    def approved_system(cmd: str) -> Any:
-        expanded = shell.var_expand(cmd, depth=1)
-        _ask("shell", expanded)
-        with _approved_run(), _expanded_already(shell):
-            return system(expanded)
+    def approving(run: Callable[[str], Any]) -> Callable[[str], Any]:
+        def approved_system(cmd: str) -> Any:
+            expanded = shell.var_expand(cmd, depth=1)
+            _ask("shell", expanded)
+            with _approved_run(), _expanded_already(shell):
+                return run(expanded)
+
+        return approved_system
 
     def approved_getoutput(cmd: str, split: bool = True, depth: int = 0) -> Any:
         expanded = shell.var_expand(cmd, depth=depth + 1)
@@ -132,26 +140,37 @@ def _approve_line_commands(shell: Any) -> None:
         with _approved_run(), _expanded_already(shell):
             return getoutput(expanded, split=split)
 
-    shell.system = approved_system
+    for name in ("system", "system_piped", "system_raw"):
+        setattr(shell, name, approving(getattr(shell, name)))
     shell.getoutput = approved_getoutput
 
 
 def _approve_cell_magics(shell: Any) -> None:
+    """Route `%%script` and every named script magic (`%%bash`, `%%sh`, `%%perl`, `%%ruby`,
+    `%%python3`, `%%pypy`, ... and any added by configuration) through approval.
+
+    They all run through `ScriptMagics.shebang`; the `script` entry is that method, bound. A
+    `%%bash`/`%%sh` cell is approved as its body (what the shell runs), others with their line.
+    """
     manager = shell.magics_manager
-    cell_magics = manager.magics["cell"]
-    for name in ("bash", "sh"):
-        # IPython may hold a lazy stand-in that looks itself up again when called: load it first.
-        find = getattr(manager, "find", None)
-        original = find("cell", name) if find is not None else cell_magics.get(name)
-        if original is None:
-            continue
+    find = getattr(manager, "find", None)  # IPython may register them lazily: load them now
+    if find is not None:
+        find("cell", "script")
+    magics = manager.registry.get("ScriptMagics")
+    if magics is None:
+        return
+    shebang = magics.shebang
 
-        def approved(line: str, cell: str | None = None, _run: Callable[..., Any] = original) -> Any:
-            _ask("shell_magic", cell or "")
-            with _approved_run():
-                return _run(line, cell)
+    @functools.wraps(shebang)  # keeps `parser`, which the magic reads from `self.shebang`
+    def approved(line: str, cell: str | None = None) -> Any:
+        words = line.split()
+        plain_shell = len(words) == 1 and os.path.basename(words[0]) in ("bash", "sh")
+        _ask("shell_magic", (cell or "") if plain_shell else f"%%script {line}\n{cell or ''}")
+        with _approved_run():
+            return shebang(line, cell)
 
-        cell_magics[name] = approved
+    magics.shebang = approved
+    manager.magics["cell"]["script"] = approved
 
 
 def _guard(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -247,7 +266,7 @@ def _pip_for_this_python(shell: Any) -> None:
     atexit.register(shutil.rmtree, directory, True)
 
     def pip(line: str) -> None:
-        shell.system(f"{shlex.quote(shim)} {line}")
+        shell.system(f"pip {line}")  # the shim, first on PATH; an approval shows `pip install x`
         sys.stdout.write("Note: restart the kernel (reset) to use updated packages it had imported.\n")
 
     shell.register_magic_function(pip, "line", "pip")

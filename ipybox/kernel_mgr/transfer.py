@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ipybox import _safe_fs
 from ipybox.kernel_mgr.gateway import GatewayKernel
 
 #: Bytes per cell; base64 makes them a third larger, well below gateways' websocket frame limits.
@@ -31,48 +32,89 @@ async def copy_local(source: Path, target: Path, kernel_side: str, workspace: Pa
     """Copy a file or directory (merged into an existing one), creating the target's parents.
 
     `kernel_side` ("source" or "target") is the side in the kernel's `workspace`. Symbolic links
-    there are never followed: kernel code (even sandboxed) could plant one to make ipybox, which
-    runs outside the sandbox, read or overwrite a file the kernel may not touch.
+    there are never followed, and nothing is checked and then opened: kernel code (even
+    sandboxed) could plant or swap in a link to make ipybox, which runs outside the sandbox,
+    read or overwrite a file the kernel may not touch (see `ipybox._safe_fs`).
     """
-
-    def copy() -> None:
-        if kernel_side == "source":
-            _no_links(source, workspace)
-            if source.is_dir():
-                shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-            return
-        if source.is_dir():
-            for directory, _, names in os.walk(source):
-                destination = target / Path(directory).relative_to(source)
-                _no_links(destination, workspace)
-                destination.mkdir(parents=True, exist_ok=True)
-                for name in names:
-                    _no_links(destination / name, workspace)
-                    shutil.copyfile(Path(directory) / name, destination / name)
-        else:
-            _no_links(target, workspace)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-
+    side = source if kernel_side == "source" else target
+    parts = _safe_fs.parts_below(side, workspace)
+    if parts is not None and kernel_side == "source":
+        await asyncio.to_thread(_download_local, workspace, parts, target)
+        return
     if not source.exists():
         raise FileNotFoundError(f"No such file or directory: {source}")
-    await asyncio.to_thread(copy)
+    if parts is None:  # both sides are places the application chose
+        await asyncio.to_thread(_copy_plain, source, target)
+    else:
+        await asyncio.to_thread(_upload_local, source, workspace, parts)
 
 
-def _no_links(path: Path, workspace: Path) -> None:
-    """Refuse `path` if it, or a directory on the way to it from `workspace`, is a symbolic link."""
-    try:
-        parts = Path(os.path.abspath(path)).relative_to(workspace).parts
-    except ValueError:  # outside the workspace: a place the application chose, not the kernel
+def _copy_plain(source: Path, target: Path) -> None:
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+
+
+def _upload_local(source: Path, workspace: Path, parts: tuple[str, ...]) -> None:
+    if source.is_dir():
+        with _safe_fs.opendir(workspace, parts, create=True) as fd:
+            _put_tree(source, fd, workspace.joinpath(*parts))
         return
-    current = workspace
-    for part in parts:
-        current /= part
-        if current.is_symlink():
-            raise PermissionError(f"{path} goes through a symbolic link; ipybox does not follow it")
+    if not parts:
+        raise IsADirectoryError(f"Cannot replace the workspace {workspace} with the file {source}")
+    with _safe_fs.opendir(workspace, parts[:-1], create=True) as fd, source.open("rb") as f:
+        _safe_fs.replace_file(fd, parts[-1], f)
+
+
+def _put_tree(source: Path, fd: int, path: Path) -> None:
+    for entry in os.scandir(source):
+        if entry.is_dir():
+            with _safe_fs.subdir(fd, entry.name, path / entry.name, create=True) as sub:
+                _put_tree(Path(entry.path), sub, path / entry.name)
+        elif entry.is_file():
+            with open(entry.path, "rb") as f:
+                _safe_fs.replace_file(fd, entry.name, f)
+
+
+def _download_local(workspace: Path, parts: tuple[str, ...], target: Path) -> None:
+    path = workspace.joinpath(*parts)
+    if not parts:
+        with _safe_fs.opendir(workspace, ()) as fd:
+            _get_tree(fd, path, target)
+        return
+    try:
+        with _safe_fs.opendir(workspace, parts[:-1]) as parent:
+            try:
+                with _safe_fs.subdir(parent, parts[-1], path) as fd:
+                    _get_tree(fd, path, target)
+                    return
+            except NotADirectoryError:
+                pass
+            _get_file(parent, parts[-1], path, target)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No such file or directory: {path}") from None
+
+
+def _get_tree(fd: int, path: Path, target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(fd):
+        if entry.is_symlink():  # copied as a link, never followed
+            (target / entry.name).unlink(missing_ok=True)
+            (target / entry.name).symlink_to(os.readlink(entry.name, dir_fd=fd))
+        elif entry.is_dir(follow_symlinks=False):
+            with _safe_fs.subdir(fd, entry.name, path / entry.name) as sub:
+                _get_tree(sub, path / entry.name, target / entry.name)
+        else:
+            _get_file(fd, entry.name, path / entry.name, target / entry.name)
+
+
+def _get_file(fd: int, name: str, path: Path, target: Path) -> None:
+    with _safe_fs.open_regular(fd, name, path) as f:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("wb") as out:
+            shutil.copyfileobj(f, out, CHUNK)
 
 
 def _inside(root: Path, rel: str) -> Path:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import keyword
 import logging
 import os
-import shutil
-import tempfile
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ipybox import _safe_fs
 from ipybox.mcp_apigen.names import UniqueNames, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines, py_literal, with_notes
 from ipybox.mcp_apigen.signature import signature
@@ -83,10 +85,13 @@ class GeneratedModules(list[str]):
         modules: list[str],
         skipped: dict[str, str] | None = None,
         repaired: dict[str, str] | None = None,
+        read_only: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(modules)
         self.skipped: dict[str, str] = skipped or {}
         self.repaired: dict[str, str] = repaired or {}
+        #: names of the tools annotated `readOnlyHint: true`
+        self.read_only = read_only
 
 
 @dataclass
@@ -97,6 +102,7 @@ class ToolSpec:
     description: str | None
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
+    read_only: bool = False  # annotated readOnlyHint: true
 
 
 def tool_module_source(tool: ToolSpec) -> str:
@@ -179,41 +185,35 @@ def _init_source(server_name: str, server_params: dict[str, Any], signatures: di
     )
 
 
-def _write_package(root_dir: Path, server_name: str, files: dict[str, str]) -> None:
-    """Replace `root_dir/server_name/` with `files` (name -> text) at once; every write is here.
+def _parser_sections(package: int) -> dict[str, str]:
+    """Output parsers added to existing modules (below `PARSER_MARKER`), by module name.
 
-    A workspace's `mcptools/` also gets an `__init__.py` that offers `search()`, once.
+    `package` is a directory descriptor; modules that are links or not regular files are ignored.
     """
-    root_dir.mkdir(parents=True, exist_ok=True)
-    if root_dir.name == "mcptools":
-        try:  # O_EXCL: never through a link a kernel may have planted there
-            fd = os.open(root_dir / "__init__.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            pass  # the user's own, or ours from before
-        else:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(_ROOT_INIT)
-    staging = Path(tempfile.mkdtemp(prefix=f".{server_name}-", dir=root_dir))
-    try:
-        for name, text in files.items():
-            (staging / name).write_text(text, encoding="utf-8")
-        target = root_dir / server_name
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _parser_sections(package: Path) -> dict[str, str]:
-    """Output parsers added to existing modules (below `PARSER_MARKER`), by module name."""
     sections: dict[str, str] = {}
-    for path in package.glob("*.py") if package.is_dir() else []:
-        text = path.read_text(encoding="utf-8")
-        if PARSER_MARKER in text:
-            sections[path.stem] = text[text.index(PARSER_MARKER) :]
+    for entry in os.scandir(package):
+        if not entry.name.endswith(".py") or not entry.is_file(follow_symlinks=False):
+            continue
+        with contextlib.suppress(OSError), _safe_fs.open_regular(package, entry.name, Path(entry.name)) as f:
+            text = f.read().decode("utf-8", errors="replace")
+            if PARSER_MARKER in text:
+                sections[entry.name[:-3]] = text[text.index(PARSER_MARKER) :]
     return sections
+
+
+def _write_package(root_fd: int, root_dir: Path, name: str, modules: dict[str, str]) -> None:
+    """Replace the package `name` in directory `root_fd` by one with `modules`, never following links."""
+    staging = f".{name}-{uuid.uuid4().hex[:8]}"
+    os.mkdir(staging, 0o755, dir_fd=root_fd)
+    try:
+        with _safe_fs.subdir(root_fd, staging, root_dir / staging) as fd:
+            for module, source in modules.items():
+                _safe_fs.replace_file(fd, f"{module}.py", io.BytesIO(source.encode("utf-8")))
+        _safe_fs.remove(root_fd, name)
+        os.rename(staging, name, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+    except BaseException:
+        _safe_fs.remove(root_fd, staging)
+        raise
 
 
 def validate_server_name(server_name: str) -> None:
@@ -250,7 +250,13 @@ async def list_tools(
             tools = await list_all_tools(session)
         outputs = report.output_schemas if report is not None else {}
         return [
-            ToolSpec(t.name, t.description, t.input_schema, outputs.get(t.name, t.output_schema))
+            ToolSpec(
+                t.name,
+                t.description,
+                t.input_schema,
+                outputs.get(t.name, t.output_schema),
+                bool(t.annotations and t.annotations.read_only_hint),
+            )
             for t in tools
         ]
 
@@ -329,12 +335,26 @@ async def generate_mcp_sources(
         signatures[module] = signature(module, tool.input_schema, tool.output_schema, tool.description)
 
     root_dir = Path(root_dir)
-    for module, extension in _parser_sections(root_dir / server_name).items():
-        if module in modules:
-            modules[module] += "\n\n" + extension
-    files = {"__init__.py": _init_source(server_name, server_params, signatures)}
-    files |= {f"{module}.py": source for module, source in modules.items()}
-    _write_package(root_dir, server_name, files)
+    # mcptools/ is kernel-writable: walked from the workspace without following links, so a
+    # planted link never makes ipybox delete or write anything outside it
+    base = Path(workspace) if workspace is not None else root_dir.parent
+    parts = _safe_fs.parts_below(root_dir, base)
+    if parts is None:
+        base, parts = root_dir, ()
+    with _safe_fs.opendir(base, parts, create=True) as root_fd:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError, _safe_fs.UnsafePathError):
+            with _safe_fs.subdir(root_fd, server_name, root_dir / server_name) as existing:
+                for module, extension in _parser_sections(existing).items():
+                    if module in modules:
+                        modules[module] += "\n\n" + extension
+        if root_dir.name == "mcptools":  # a workspace's: `from mcptools import search`
+            with contextlib.suppress(FileExistsError):
+                _safe_fs.write_new(
+                    root_fd, "__init__.py", _ROOT_INIT.encode("utf-8"), root_dir / "__init__.py"
+                )
+        init = {"__init__": _init_source(server_name, server_params, signatures)}
+        _write_package(root_fd, root_dir, server_name, init | modules)
     for directory in trusted_in:
         registry.register(server_name, server_params, directory)
-    return GeneratedModules(list(modules), report.skipped, report.repaired)
+    read_only = frozenset(t.name for t in tools if t.read_only)
+    return GeneratedModules(list(modules), report.skipped, report.repaired, read_only)

@@ -332,7 +332,6 @@ def release_sandbox(runtime_dir: Path) -> None:
 
 def _lock_dir() -> Path:
     path = runtime_root() / "placeholders"
-    path.mkdir(mode=0o700, exist_ok=True)
     sweep(path)
     return path
 

@@ -74,6 +74,22 @@ class AuditLog:
             entry |= {"rule": rule, "variables": list(variables)}
         self._write(entry)
 
+    def decided(
+        self, *, server_name: str, tool_name: str, tool_args: dict[str, Any], decision: str, by: str
+    ) -> None:
+        """Record who or what decided a tool call (`by`: the user through the client, a rule, auto)."""
+        self._write(
+            {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "event": "approval",
+                "server": server_name,
+                "tool": tool_name,
+                "args": tool_args,
+                "decision": decision,
+                "by": by,
+            }
+        )
+
     def refused_registration(
         self, *, server_name: str, error: str, variables: Sequence[str] = (), rule: str = "params"
     ) -> None:

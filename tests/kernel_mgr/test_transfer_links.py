@@ -26,8 +26,9 @@ async def test_upload_does_not_write_through_a_planted_link(
     )
     source = tmp_path / "upload.txt"
     source.write_text("overwritten")
-    with pytest.raises(PermissionError, match="symbolic link"):
-        await executor.upload(source, "data.txt")
+    await executor.upload(source, "data.txt")  # replaces the link itself, never writes its target
+    assert (executor.working_dir / "data.txt").read_text() == "overwritten"
+    assert not (executor.working_dir / "data.txt").is_symlink()
     with pytest.raises(PermissionError, match="symbolic link"):
         await executor.upload(source, "dir/victim.txt")
     folder = tmp_path / "folder"
