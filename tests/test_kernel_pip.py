@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from servers.launch import NODE_BIN, require_sandbox
 
+from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutor
+
 APP = """
 import asyncio, json, sys
 from ipybox import CodeExecutor, CodeExecutionError
@@ -137,3 +139,15 @@ def test_a_sandboxed_kernel_is_told_where_to_install_instead(tmp_path: Path) -> 
         assert "pip: this kernel cannot write to its Python environment" in output
         assert "install_package" in output
     assert not list((tmp_path / "env").rglob("probe_four/__init__.py"))
+
+
+@pytest.mark.timeout(90)
+async def test_pip_magic_asks_for_approval_like_any_shell_command(tmp_path: Path) -> None:
+    asked: list[str] = []
+    async with CodeExecutor(working_dir=tmp_path, approve_shell_cmds=True, spare_kernel=False) as executor:
+        with pytest.raises(CodeExecutionError, match="ApprovalRejectedError"):
+            async for item in executor.stream("%pip install probe-never-installed"):
+                if isinstance(item, ApprovalRequest):
+                    asked.append(item.tool_args["cmd"])
+                    await item.reject()
+    assert asked == ["pip install probe-never-installed"]

@@ -7,7 +7,9 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dotenv import load_dotenv
 
@@ -69,6 +71,18 @@ def _names(text: str) -> list[str]:
             f"not a list of variable names: {text!r} (e.g. GITHUB_TOKEN,API_KEY)"
         )
     return names
+
+
+def _seconds(text: str) -> float | None:
+    if text.strip().lower() in ("none", "0"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r} (or 'none')")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -165,6 +179,55 @@ def parser() -> argparse.ArgumentParser:
         "(default: --tool-server-host)",
     )
     p.add_argument(
+        "--approval",
+        default="ask",
+        metavar="ask|auto|FILE",
+        help="who approves the tool calls code makes: ask the user through the client (default; "
+        "tools annotated read-only run without asking), auto (nobody), or the rules in a TOML FILE "
+        "(see docs/mcp-server.md)",
+    )
+    p.add_argument(
+        "--approve-shell-cmds",
+        action="store_true",
+        help="shell commands (!cmd, %%%%bash) need approval too, the same way as tool calls",
+    )
+    p.add_argument(
+        "--kernel-idle-timeout",
+        type=_seconds,
+        default=3600.0,
+        metavar="SECONDS",
+        help="stop a kernel unused this long, or 'none' (default: 3600); its next call says so",
+    )
+    p.add_argument(
+        "--max-kernels",
+        type=int,
+        default=4,
+        metavar="N",
+        help="kernels each user may run at once (named with the tools' kernel argument; default: 4)",
+    )
+    p.add_argument(
+        "--auth-tokens",
+        type=Path,
+        metavar="FILE",
+        help="HTTP clients must send a bearer token from FILE: lines 'NAME TOKEN' or 'NAME sha256:HEX'; "
+        "NAME is the user (own kernels and workspace WORKSPACE/users/NAME)",
+    )
+    p.add_argument("--jwt-issuer", metavar="URL", help="JWTs of this issuer (with --jwt-audience, --jwks)")
+    p.add_argument("--jwt-audience", metavar="AUD", help="the audience JWTs must name (this server)")
+    p.add_argument("--jwks", metavar="FILE|URL", help="the issuer's signing keys (JSON Web Key Set)")
+    p.add_argument(
+        "--shared-workspace",
+        action="store_true",
+        help="authenticated users share WORKSPACE (and its registered servers and .env) instead of "
+        "each getting WORKSPACE/users/NAME; kernels stay per user",
+    )
+    p.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the URL clients use for this server, for the authentication metadata "
+        "(default: http://HOST:PORT/mcp)",
+    )
+    p.add_argument(
         "--log-level",
         default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -179,52 +242,134 @@ def main(argv: list[str] | None = None) -> None:
         stream=sys.stderr, level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
     logging.getLogger("ipybox").setLevel(args.log_level)
+    try:
+        server, run = _build(args)
+    except ValueError as e:
+        sys.exit(f"ipybox: {e}")
+    run(server)
 
+
+def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
+    """The configured server and how to run it; ValueError says what in the configuration is wrong."""
     workspace = args.workspace.expanduser().resolve()
     try:
         workspace.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         reason = "it is not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
-        sys.exit(f"ipybox: cannot use {workspace} as the workspace: {reason}")
+        raise ValueError(f"cannot use {workspace} as the workspace: {reason}") from None
     if args.sandbox_config is not None:
+        if not args.sandbox:
+            raise ValueError("--sandbox-config applies only with --sandbox: add --sandbox, or drop it")
         args.sandbox_config = args.sandbox_config.expanduser().resolve()
+        if not args.sandbox_config.is_file():
+            raise ValueError(f"--sandbox-config: file not found: {args.sandbox_config}")
+    if args.max_kernels < 1:
+        raise ValueError(f"--max-kernels must be at least 1, got {args.max_kernels}")
+    from ipybox.kernel_mgr.gateway import gateway_option_problem
+    from ipybox.mcp_server import ApprovalPolicy, ExecutorOptions, ServerOptions, create_server
+    from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
+
+    approval = ApprovalPolicy.parse(args.approval)  # files named relative to where ipybox started
+    verifier, auth = _authentication(args)
+    audit_log = args.audit_log.expanduser().resolve() if args.audit_log else None
     os.chdir(workspace)  # the kernel's working directory, and where `.env` is read
     load_dotenv(workspace / ".env", override=False)
 
-    from ipybox.mcp_server import ServerOptions, create_server
-    from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
-
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
         args.sandbox_config = workspace / WORKSPACE_CONFIG
-    if args.sandbox and args.kernel_gateway:
-        sys.exit("ipybox: --sandbox applies to local kernels; gateway kernels are isolated by the gateway")
-    if args.kernel_gateway and (args.memory_limit is not None or args.process_limit is not None):
-        sys.exit(
-            "ipybox: --memory-limit and --process-limit apply to local kernels; limit gateway kernels "
-            "where the gateway launches them (e.g. the kernel pod's resources)"
-        )
+    limits = ResourceLimits(memory=args.memory_limit, processes=args.process_limit)
+    if args.kernel_gateway and (problem := gateway_option_problem(args.sandbox, limits)):
+        raise ValueError(problem)
     if args.sandbox:
         try:
             check_sandbox(args.sandbox_config)
         except SandboxError as e:
-            sys.exit(f"ipybox: {e}")
+            raise ValueError(str(e)) from None
+    if args.kernel_gateway:
+        _check_gateway(args.kernel_gateway, args.kernel_name)
 
     options = ServerOptions(
         workspace=workspace,
-        sandbox=args.sandbox,
-        sandbox_config=args.sandbox_config,
-        per_session=args.transport != "stdio",
-        limits=ResourceLimits(memory=args.memory_limit, processes=args.process_limit),
-        audit_log=args.audit_log.expanduser().resolve() if args.audit_log else None,
-        allow_env=tuple(dict.fromkeys(name for names in args.allow_env for name in names)),
-        kernel_gateway=args.kernel_gateway,
-        kernel_name=args.kernel_name,
-        tool_server_host=args.tool_server_host,
-        tool_server_port=args.tool_server_port,
-        kernel_tool_server_host=args.kernel_tool_server_host,
+        executor=ExecutorOptions(
+            sandbox=args.sandbox,
+            sandbox_config=args.sandbox_config,
+            limits=limits,
+            allow_env=tuple(dict.fromkeys(name for names in args.allow_env for name in names)),
+            kernel_gateway_url=args.kernel_gateway,
+            kernel_name=args.kernel_name,
+            tool_server_host=args.tool_server_host,
+            tool_server_port=args.tool_server_port,
+            kernel_tool_server_host=args.kernel_tool_server_host,
+            approve_shell_cmds=args.approve_shell_cmds,
+        ),
+        audit_log=audit_log,
+        approval=approval,
+        kernel_idle_timeout=args.kernel_idle_timeout,
+        max_kernels=args.max_kernels,
+        shared_workspace=args.shared_workspace,
     )
-    server = create_server(options)
+    server = create_server(options, token_verifier=verifier, auth=auth)
     if args.transport == "stdio":
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host=args.host, port=args.port)
+        return server, lambda s: s.run("stdio")
+    return server, lambda s: s.run("streamable-http", host=args.host, port=args.port)
+
+
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _authentication(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The token verifier and auth settings the options ask for (None, None without any)."""
+    from ipybox.mcp_server.auth import JwtVerifier, TokenFile, auth_settings
+
+    jwt_options = (args.jwt_issuer, args.jwt_audience, args.jwks)
+    if any(jwt_options) and not all(jwt_options):
+        raise ValueError("JWT authentication needs all of --jwt-issuer, --jwt-audience and --jwks")
+    if args.auth_tokens and all(jwt_options):
+        raise ValueError("choose one of --auth-tokens and the --jwt-* options")
+    if args.transport == "stdio":
+        if args.auth_tokens or all(jwt_options):
+            raise ValueError("authentication applies to --transport streamable-http; stdio has one user")
+        return None, None
+    verifier: Any = None
+    if args.auth_tokens:
+        verifier = TokenFile(args.auth_tokens.expanduser())
+    elif all(jwt_options):
+        verifier = JwtVerifier(args.jwt_issuer, args.jwt_audience, args.jwks)
+    if verifier is None:
+        if args.host not in _LOOPBACK:
+            raise ValueError(
+                f"refusing to serve {args.host} without authentication: anyone who reaches the port could "
+                "run code as this user. Add --auth-tokens FILE (or --jwt-issuer/--jwt-audience/--jwks), "
+                "or listen on 127.0.0.1"
+            )
+        return None, None
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    url = args.public_url or f"http://{host}:{args.port}/mcp"
+    return verifier, auth_settings(url, args.jwt_issuer)
+
+
+def _check_gateway(url: str, kernel_name: str) -> None:
+    """Refuse to start with a gateway that does not answer or lacks the kernelspec."""
+    import httpx2 as httpx
+
+    from ipybox.kernel_mgr.gateway import GATEWAY_TOKEN_VAR
+
+    token = os.environ.get(GATEWAY_TOKEN_VAR)
+    headers = {"Authorization": f"token {token}"} if token else {}
+    try:
+        response = httpx.get(url.rstrip("/") + "/api/kernelspecs", headers=headers, timeout=10)
+    except (httpx.HTTPError, ValueError) as e:
+        raise ValueError(
+            f"--kernel-gateway {url}: cannot reach it ({e.__class__.__name__}: {e}); check the URL and that "
+            "the gateway runs"
+        ) from None
+    if response.status_code in (401, 403):
+        raise ValueError(f"--kernel-gateway {url} refused the token: set {GATEWAY_TOKEN_VAR} to its token")
+    try:
+        specs = response.json()["kernelspecs"]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"--kernel-gateway {url} is not a Jupyter kernel gateway (no kernelspecs)") from None
+    if kernel_name not in specs:
+        raise ValueError(
+            f"--kernel-name {kernel_name!r} is not offered by the gateway; it has: {', '.join(sorted(specs))}"
+        )

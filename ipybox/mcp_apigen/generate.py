@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipybox import _safe_fs
+from ipybox.errors import IpyboxError
 from ipybox.mcp_apigen.names import UniqueNames, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines, py_literal, with_notes
 from ipybox.mcp_apigen.signature import signature
@@ -32,7 +33,7 @@ from ipybox.tool_exec import registry
 from ipybox.tool_exec.server import SHELL_SERVER
 
 if TYPE_CHECKING:
-    from ipybox.mcp_repair import ToolReport
+    from ipybox.mcp_client.repair import ToolReport
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ _MODULE_NAMES = {"Params", "Result", "run", "TOOL_NAME", "SERVER_NAME", "SERVER_
 PARSER_MARKER = "# --- ipybox: output parser (kept when the API is regenerated) ---"
 
 
-class ToolGenerationError(Exception):
+class ToolGenerationError(IpyboxError):
     """The code for a tool could not be generated; the message names the tool."""
 
 
@@ -85,10 +86,13 @@ class GeneratedModules(list[str]):
         modules: list[str],
         skipped: dict[str, str] | None = None,
         repaired: dict[str, str] | None = None,
+        read_only: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(modules)
         self.skipped: dict[str, str] = skipped or {}
         self.repaired: dict[str, str] = repaired or {}
+        #: names of the tools annotated `readOnlyHint: true`
+        self.read_only = read_only
 
 
 @dataclass
@@ -99,6 +103,7 @@ class ToolSpec:
     description: str | None
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
+    read_only: bool = False  # annotated readOnlyHint: true
 
 
 def tool_module_source(tool: ToolSpec) -> str:
@@ -246,7 +251,13 @@ async def list_tools(
             tools = await list_all_tools(session)
         outputs = report.output_schemas if report is not None else {}
         return [
-            ToolSpec(t.name, t.description, t.input_schema, outputs.get(t.name, t.output_schema))
+            ToolSpec(
+                t.name,
+                t.description,
+                t.input_schema,
+                outputs.get(t.name, t.output_schema),
+                bool(t.annotations and t.annotations.read_only_hint),
+            )
             for t in tools
         ]
 
@@ -301,7 +312,7 @@ async def generate_mcp_sources(
     `skipped` attribute maps each skipped tool to why and `repaired` each repaired tool to
     what was assumed. Each is also logged (skipped tools as warnings).
     """
-    from ipybox.mcp_repair import ToolReport
+    from ipybox.mcp_client.repair import ToolReport
 
     validate_server_name(server_name)
     transport_of(server_params)
@@ -347,4 +358,5 @@ async def generate_mcp_sources(
         _write_package(root_fd, root_dir, server_name, init | modules)
     for directory in trusted_in:
         registry.register(server_name, server_params, directory)
-    return GeneratedModules(list(modules), report.skipped, report.repaired)
+    read_only = frozenset(t.name for t in tools if t.read_only)
+    return GeneratedModules(list(modules), report.skipped, report.repaired, read_only)

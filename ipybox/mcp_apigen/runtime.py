@@ -23,6 +23,7 @@ from pydantic._internal._model_construction import ModelMetaclass
 from pydantic.root_model import _RootModelMetaclass
 from pydantic_core import PydanticCustomError, core_schema
 
+from ipybox.errors import IpyboxError
 from ipybox.tool_exec.client import ToolRunner
 
 __all__ = [
@@ -77,7 +78,7 @@ _MAX_VALUE = 80
 _E = TypeVar("_E", bound="_ReadableError")
 
 
-class _ReadableError(ValidationError):
+class _ReadableError(IpyboxError, ValidationError):
     """A pydantic `ValidationError` (so `errors()` lists the details) with a message for people."""
 
     message: str
@@ -288,6 +289,9 @@ class ToolValue(RootModel[_V], Generic[_V], metaclass=_ToolRootMeta):
     """
 
     model_config = ConfigDict(from_attributes=True)
+
+    def __str__(self) -> str:
+        return str(self.root)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         return iter(cast("Any", self.root))

@@ -47,14 +47,18 @@ class _Renderer:
             return ""
         properties: dict[str, Any] = _get(schema, "properties", dict)
         required: list[Any] = _get(schema, "required", list)
+        undeclared: dict[str, Any] = {
+            str(r): {} for r in required if r not in properties
+        }  # required, any type
         parts = []
-        for prop, prop_schema in sorted(properties.items(), key=lambda item: item[0] not in required):
+        for prop, prop_schema in sorted(
+            (properties | undeclared).items(), key=lambda i: i[0] not in required
+        ):
             text = f"{field_name(str(prop))}: {self.type(prop_schema, 1)}"
             if prop not in required:
                 default = prop_schema.get("default") if isinstance(prop_schema, dict) else None
                 text += f" = {_short(default)}"
             parts.append(text)
-        parts += [f"{field_name(str(r))}" for r in required if r not in properties]
         return ", ".join(parts)
 
     def type(self, schema: Any, depth: int) -> str:

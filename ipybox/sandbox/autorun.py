@@ -66,7 +66,8 @@ def protected_paths(root: Path) -> list[Path]:
         if path.name == ".git":
             found += _git_dirs(path)
     found += _git_config_paths(root)
-    return list(dict.fromkeys(found))
+    # a missing path inside a protected directory cannot be created anyway
+    return [p for p in dict.fromkeys(found) if os.path.lexists(p)]
 
 
 def _scan(root: Path, depth: int) -> Iterator[Path]:
@@ -122,7 +123,7 @@ def _git_config_paths(root: Path) -> list[Path]:
     items = done.stdout.split("\0")
     for origin, item in zip(items[::2], items[1::2], strict=False):
         key, _, value = item.partition("\n")
-        base = Path(origin.removeprefix("file:")).parent if origin.startswith("file:") else root
+        base = (root / origin.removeprefix("file:")).parent if origin.startswith("file:") else root
         for word in _words(value):
             if "/" not in word and not key.endswith(".path") and key != "core.hookspath":
                 continue

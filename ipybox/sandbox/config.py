@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ipybox.errors import IpyboxError
 from ipybox.sandbox import autorun, reads
 from ipybox.sandbox.placeholders import Placeholders, sweep
 from ipybox.tool_exec.registry import state_dir
@@ -53,7 +54,7 @@ _BOOLEANS: dict[str | None, tuple[str, ...]] = {
 }
 
 
-class SandboxError(RuntimeError):
+class SandboxError(IpyboxError, RuntimeError):
     """The sandbox cannot be used: a tool is missing or the configuration is invalid."""
 
 
@@ -332,7 +333,6 @@ def release_sandbox(runtime_dir: Path) -> None:
 
 def _lock_dir() -> Path:
     path = runtime_root() / "placeholders"
-    path.mkdir(mode=0o700, exist_ok=True)
     sweep(path)
     return path
 
@@ -361,6 +361,8 @@ def _protect_writable(
         standins |= {root / name: kind for name, kind in autorun.CREATION_BLOCKED.items()}
         if root == workspace:
             standins |= {root / ".env": "file", root / WORKSPACE_CONFIG: "file"}
+    user_denied = config.get("filesystem", {}).get("denyWrite", [])
+    standins |= {Path(os.path.expanduser(p)).absolute(): "file" for p in user_denied if not _globby(p)}
     standins |= {path: "file" for path in keep}
     for path, kind in standins.items():
         missing = _first_missing(path)
@@ -368,6 +370,10 @@ def _protect_writable(
             placeholders.ensure(missing, kind if missing == path else "dir")
             found.append(missing)
     return [*found, *standins]
+
+
+def _globby(path: str) -> bool:
+    return any(c in path for c in "*?[]{}")
 
 
 def _first_missing(path: Path) -> Path | None:

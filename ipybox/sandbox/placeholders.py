@@ -41,7 +41,7 @@ class Placeholders:
         if path in self._held:
             return
         lock = self._lock_dir / hashlib.sha256(str(path).encode()).hexdigest()[:32]
-        fd = _lock_shared(lock)
+        fd = _lock_shared(lock, self._lock_dir)
         self._held[path] = fd, lock
         if os.path.lexists(path):
             return
@@ -65,6 +65,8 @@ class Placeholders:
                 _remove_if_last(path, fd, lock)
             finally:
                 os.close(fd)
+        with contextlib.suppress(OSError):
+            self._lock_dir.rmdir()  # only if no placeholder of any executor is left
 
 
 def sweep(lock_dir: Path) -> None:
@@ -80,10 +82,14 @@ def sweep(lock_dir: Path) -> None:
                     os.close(fd)
 
 
-def _lock_shared(lock: Path) -> int:
+def _lock_shared(lock: Path, lock_dir: Path) -> int:
     """An open, shared-locked descriptor of the lock file `lock` (made if missing)."""
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        lock_dir.mkdir(mode=0o700, exist_ok=True)  # its last user may just have removed it
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except FileNotFoundError:
+            continue
         fcntl.flock(fd, fcntl.LOCK_SH)
         try:  # the file may have been removed by its last holder while we waited: start over
             if os.fstat(fd).st_ino == os.stat(lock, follow_symlinks=False).st_ino:

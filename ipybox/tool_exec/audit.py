@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ipybox.mcp_connect import redact
+from ipybox.mcp_client.placeholders import redact
 
 _MAX_FIELD = 2000
 
@@ -73,6 +73,22 @@ class AuditLog:
         if rule is not None:
             entry |= {"rule": rule, "variables": list(variables)}
         self._write(entry)
+
+    def decided(self, *, server_name: str, tool_name: str, decision: str, by: str) -> None:
+        """Record who or what decided a tool call (`by`: the user through the client, a rule, auto).
+
+        The call's own record (`record()`, written by the tool server) has its arguments, redacted.
+        """
+        self._write(
+            {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "event": "approval",
+                "server": server_name,
+                "tool": tool_name,
+                "decision": decision,
+                "by": by,
+            }
+        )
 
     def refused_registration(
         self, *, server_name: str, error: str, variables: Sequence[str] = (), rule: str = "params"

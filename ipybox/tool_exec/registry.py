@@ -37,8 +37,13 @@ def registry_file(workspace: Path | None) -> Path:
     """The file holding the registrations of `workspace` (None: of every workspace)."""
     if workspace is None:
         return state_dir() / _ALL_WORKSPACES
-    key = hashlib.sha256(str(Path(workspace).resolve()).encode()).hexdigest()[:32]
-    return state_dir() / "workspaces" / f"{key}.json"
+    return state_dir() / "workspaces" / f"{_workspace_key(str(workspace), os.getcwd())}.json"
+
+
+@functools.lru_cache(maxsize=64)
+def _workspace_key(workspace: str, cwd: str) -> str:
+    """The file name of a workspace's registrations (cached: every tool call checks the registry)."""
+    return hashlib.sha256(str(Path(cwd, workspace).resolve()).encode()).hexdigest()[:32]
 
 
 def module_dirs(kernel_env: Mapping[str, str], working_dir: Path) -> list[Path]:

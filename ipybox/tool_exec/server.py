@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_connect import PlaceholderError, Placeholders, placeholder_values, redact, resolve
+from ipybox.mcp_client.placeholders import (
+    PlaceholderError,
+    Placeholders,
+    placeholder_names,
+    placeholder_values,
+    redact,
+    resolve,
+)
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
@@ -177,7 +184,8 @@ class ToolServer:
         try:
             if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
                 raise ToolCallError(self._unregistered(server_name))
-            env = self.placeholders.values()
+            # the environment is read only for parameters with placeholders (most have none)
+            env = self.placeholders.values() if placeholder_names(server_params) else {}
             secrets = placeholder_values(server_params, env)
             if self.audit is not None:
                 self.audit.add_secrets(secrets)

@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 IPYBOX = Path(sys.executable).parent / "ipybox"
-OPTIONS = ["--workspace", "--sandbox", "--sandbox-config", "--transport", "--host", "--port", "--log-level"]
+OPTIONS = [
+    *("--workspace", "--sandbox", "--sandbox-config", "--transport", "--host", "--port", "--log-level"),
+    *("--approval", "--approve-shell-cmds", "--kernel-idle-timeout", "--max-kernels", "--auth-tokens"),
+    *("--jwt-issuer", "--jwt-audience", "--jwks", "--shared-workspace", "--public-url"),
+]
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -140,3 +144,41 @@ def test_version_is_the_package_version() -> None:
     result = ipybox("--version")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"ipybox {importlib.metadata.version('ipybox')}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--sandbox-config", "policy.json"], ["--sandbox-config", "--sandbox"]),
+        (["--approval", "missing-rules.toml"], ["missing-rules.toml", "cannot read"]),
+        (["--approval", "rules.toml"], ["rules.toml", "rule 1", "action"]),
+        (["--max-kernels", "0"], ["--max-kernels"]),
+        (["--kernel-gateway", "http://127.0.0.1:PORT"], ["--kernel-gateway", "cannot reach"]),
+        (["--kernel-gateway", "not a url"], ["--kernel-gateway"]),
+        (["--transport", "streamable-http", "--host", "0.0.0.0"], ["0.0.0.0", "--auth-tokens"]),
+        (["--transport", "streamable-http", "--auth-tokens", "tokens"], ["tokens", "line 1"]),
+        (["--transport", "streamable-http", "--auth-tokens", "none.txt"], ["none.txt", "cannot read"]),
+        (["--transport", "streamable-http", "--jwt-issuer", "https://idp"], ["--jwt-audience", "--jwks"]),
+        (["--auth-tokens", "tokens"], ["streamable-http"]),
+    ],
+)
+def test_bad_configuration_fails_at_start_with_the_cause(
+    tmp_path: Path, args: list[str], words: list[str]
+) -> None:
+    (tmp_path / "policy.json").write_text("{}")
+    (tmp_path / "rules.toml").write_text('[[rule]]\nserver = "github"\naction = "maybe"\n')
+    (tmp_path / "tokens").write_text("alice\n")
+    args = [a.replace("PORT", str(_free_port())) for a in args]
+    result = ipybox("--workspace", str(tmp_path / "ws"), *args, cwd=tmp_path)
+
+    assert result.returncode != 0, result.stderr
+    assert result.stderr.startswith("ipybox: "), result.stderr
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)
+    assert result.stdout == "" and "Traceback" not in result.stderr

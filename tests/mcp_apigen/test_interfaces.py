@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import types
 from collections.abc import Mapping
@@ -158,6 +159,7 @@ async def test_a_server_package_exposes_its_tools_and_signatures_in_a_fresh_kern
     create_gentool("travel", "meeting_time", "Find a meeting time across time zones.", tmp_path / "gentools")
     registry.register("clock", replay_params(TIME), tmp_path)
     code = """
+import subprocess
 import sys
 import mcptools.clock as s
 print(s.convert_time.__name__, "pydantic" in sys.modules, "mcp" in sys.modules)
@@ -190,3 +192,68 @@ def test_search_ranks_tool_and_gentool_signatures(tmp_path: Path) -> None:
     assert repr(found) == str(found)  # shown as text when a cell ends with it
     assert search("", root=tmp_path).count("\n    ") == 3
     assert "No tool matches" in search("weather", root=tmp_path)
+
+
+def test_signatures_show_fields_defaults_and_result_shapes() -> None:
+    from ipybox.mcp_apigen.signature import signature
+
+    schema = {
+        "type": "object",
+        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}},
+        "properties": {
+            "class": {"type": "string", "enum": ["a", "b"]},
+            "days": {"type": "integer", "default": 3},
+            "at": {"$ref": "#/$defs/Point"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "user-name": {"type": ["string", "null"]},
+        },
+        "required": ["class", "token"],
+    }
+    text = signature("plan", schema, MAP_OUTPUT, "Plan a trip. Long details follow.")
+    head, summary = text.split("\n")
+    assert head == (
+        "plan(class_: 'a'|'b', token: Any, days: int = 3, at: {x: float} = None, tags: list[str] = None, "
+        "user_name: str | None = None) -> dict[str, int]"
+    )
+    assert summary == "    Plan a trip."
+    assert signature("t", {"type": "object"}, None, None) == "t() -> str"
+    assert signature("t", {}, {"type": "array", "items": {"type": "integer"}}, "").endswith("-> list[int]")
+
+
+def test_generated_modules_import_exactly_what_they_use(tmp_path: Path) -> None:
+    """ruff finds no undefined, unused or redefined names in the modules of the whole corpus."""
+    ruff = Path(sys.executable).parent / "ruff"
+    if not ruff.exists():
+        pytest.skip("ruff is not installed in this environment")
+    for i, tool in enumerate(corpus_tools()):
+        spec = ToolSpec(tool["name"], tool.get("description"), tool["inputSchema"], tool.get("outputSchema"))
+        (tmp_path / f"m{i}.py").write_text(tool_module_source(spec))
+    result = subprocess.run(
+        [str(ruff), "check", "--no-cache", "--isolated", "--select", "F401,F811,F821,F841", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize("planted", ["dangling", "to_file", "user_init"])
+async def test_the_workspace_init_is_never_written_through_a_link(tmp_path: Path, planted: str) -> None:
+    root = tmp_path / "mcptools"
+    root.mkdir()
+    outside = tmp_path / "outside.txt"
+    init = root / "__init__.py"
+    if planted == "dangling":
+        init.symlink_to(outside)
+    elif planted == "to_file":
+        outside.write_text("keep\n")
+        init.symlink_to(outside)
+    else:
+        init.write_text("# mine\n")
+    await generate_mcp_sources("clock", replay_params(TIME), root)
+    assert (root / "clock" / "__init__.py").exists()
+    if planted == "dangling":
+        assert not outside.exists()
+    elif planted == "to_file":
+        assert outside.read_text() == "keep\n"
+    else:
+        assert init.read_text() == "# mine\n"

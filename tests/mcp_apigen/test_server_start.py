@@ -74,3 +74,28 @@ ToolRunner("failing", {params!r}).run_sync("anything", {{}})
             await executor.execute(code)
     assert "Could not connect to MCP server 'failing'" in str(info.value)
     assert "stderr ended with:" in str(info.value) and "log line 1" in str(info.value)
+
+
+async def test_a_secret_the_server_prints_is_redacted(tmp_path: Path) -> None:
+    """A server that echoes its ${VAR}-filled env to stderr: the error shows the name, never the value."""
+    params = failing(0, "API_KEY", env={"API_KEY": "${TOKEN}"})
+    with pytest.raises(ConnectionError) as info:
+        await generate_mcp_sources(
+            "failing", params, tmp_path, placeholder_env={"TOKEN": "s3cret-token-value"}
+        )
+    assert "API_KEY=" in str(info.value) and "s3cret-token-value" not in str(info.value)
+
+
+@pytest.mark.timeout(90)
+async def test_a_secret_the_server_prints_never_reaches_the_kernel(tmp_path: Path) -> None:
+    params = failing(0, "API_KEY", env={"API_KEY": "${TOKEN}"})
+    registry.register("failing", params, tmp_path)
+    code = f"""
+from ipybox.tool_exec.client import ToolRunner
+ToolRunner("failing", {params!r}).run_sync("anything", {{}})
+"""
+    secret = {"TOKEN": "s3cret-token-value"}
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False, placeholder_env=secret) as executor:
+        with pytest.raises(CodeExecutionError) as info:
+            await executor.execute(code)
+    assert "API_KEY=" in str(info.value) and "s3cret-token-value" not in str(info.value)

@@ -22,7 +22,7 @@ from mcp.client.session import LoggingFnT
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.types import CallToolResult, ImageContent, TextContent
+from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult, ImageContent, TextContent
 from servers.launch import NASTY_SERVER, NODE_BIN, free_port, wait_for_port
 
 #: The console script of the project's environment; `python -m ipybox.mcp_server` is the same.
@@ -98,6 +98,11 @@ class Ipybox:
         return self.log_file.read_text(errors="replace")[-5000:]
 
 
+async def accept_all(context: Any, params: ElicitRequestParams) -> ElicitResult:
+    """A user who approves every tool call the server asks about."""
+    return ElicitResult(action="accept", content={})
+
+
 def text_of(result: CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
 
@@ -126,14 +131,16 @@ async def open_ipybox(
     with log_file.open("w") as errlog:
         async with (
             stdio_client(params, errlog=errlog) as (read, write),
-            ClientSession(read, write, logging_callback=logging_callback) as session,
+            ClientSession(
+                read, write, logging_callback=logging_callback, elicitation_callback=accept_all
+            ) as session,
         ):
             await session.initialize()
             yield Ipybox(session, workspace, log_file)
 
 
 def start_http_ipybox(
-    workspace: Path, state_dir: Path, log_file: Path, timeout: float = 30
+    workspace: Path, state_dir: Path, log_file: Path, timeout: float = 30, args: Sequence[str] = ()
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start `ipybox --transport streamable-http` on a free port (output to `log_file`) and wait
     until it listens; the process and its MCP URL. The caller stops the process."""
@@ -141,7 +148,7 @@ def start_http_ipybox(
     with log_file.open("w") as log:
         process = subprocess.Popen(
             [*IPYBOX_COMMAND, "--workspace", str(workspace), "--transport", "streamable-http"]
-            + ["--host", "127.0.0.1", "--port", str(port)],
+            + ["--host", "127.0.0.1", "--port", str(port), *args],
             env=server_env(state_dir),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -169,7 +176,10 @@ def sigterm_survivors(
 @contextlib.asynccontextmanager
 async def http_session(url: str) -> AsyncIterator[ClientSession]:
     """An initialized MCP client session over streamable HTTP."""
-    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write, elicitation_callback=accept_all) as session,
+    ):
         await session.initialize()
         yield session
 
@@ -226,6 +236,8 @@ async def raw_ipybox(workspace: Path, state_dir: Path, *args: str) -> AsyncItera
         *IPYBOX_COMMAND,
         "--workspace",
         str(workspace),
+        "--approval",
+        "auto",  # this client cannot answer approval requests
         *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,

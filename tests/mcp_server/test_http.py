@@ -62,43 +62,39 @@ async def run(session: ClientSession, code: str) -> str:
     return text_of(result)
 
 
-async def test_each_client_session_has_its_own_kernel(http_server: HttpIpybox) -> None:
-    both_set = asyncio.Event()
-    count = 0
-
-    async def client(value: int) -> tuple[str, str, str]:
-        nonlocal count
-        async with http_session(http_server.url) as session:
-            pid = await run(session, f"import os\nx = {value}\nprint(os.getpid())")
-            count += 1
-            if count == 2:
-                both_set.set()
-            await asyncio.wait_for(both_set.wait(), 30)  # both kernels hold their x now
-            first = await run(session, "print(x)")
-            second = await run(session, "x += 10\nprint(x)")
-            return pid, first, second
-
-    (pid1, a1, b1), (pid2, a2, b2) = await asyncio.gather(client(1), client(2))
-
-    assert pid1 != pid2
-    assert (a1, b1) == ("1", "11")
-    assert (a2, b2) == ("2", "12")
+async def test_sessions_of_one_user_share_kernels_by_name(http_server: HttpIpybox) -> None:
+    """Without authentication there is one principal: its sessions reach the same named kernels."""
+    async with http_session(http_server.url) as first:
+        await run(first, "x = 1")
+        await first.call_tool("execute_ipython_cell", {"code": "x = 2", "kernel": "second"})
+    async with http_session(http_server.url) as again:
+        assert await run(again, "print(x)") == "1"
+        result = await again.call_tool("execute_ipython_cell", {"code": "print(x)", "kernel": "second"})
+        assert text_of(result) == "2"  # type: ignore[arg-type]
 
 
-async def test_kernel_stops_when_its_session_closes(http_server: HttpIpybox) -> None:
-    async with http_session(http_server.url) as session:
-        pid = int(await run(session, "import os\nprint(os.getpid())"))
-        assert psutil.pid_exists(pid)
-        reset = await session.call_tool("reset", {})
-        assert not reset.is_error  # type: ignore[union-attr]
-        fresh_pid = int(await run(session, "import os\nprint(os.getpid())"))
-        assert fresh_pid != pid
-        assert http_server.kernels(), "the session's kernels are not found: the check below would be empty"
-
-    assert await eventually(lambda: not http_server.kernels()), "the closed session's kernels still run"
-
-    async with http_session(http_server.url) as session:  # the server keeps serving new sessions
-        assert await run(session, "print('new session')") == "new session"
+async def test_idle_kernels_stop_and_the_next_call_says_so(
+    workspace: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    process, url = start_http_ipybox(
+        workspace, state_dir, tmp_path / "log", args=["--kernel-idle-timeout", "1"]
+    )
+    server = HttpIpybox(process, url, workspace, tmp_path / "log")
+    try:
+        async with http_session(url) as session:
+            pid = int(await run(session, "import os\nx = 1\nprint(os.getpid())"))
+            assert server.kernels()
+            assert await eventually(lambda: not psutil.pid_exists(pid), timeout=30), (
+                "the idle kernel still runs"
+            )
+            result = await session.call_tool("execute_ipython_cell", {"code": "print('fresh')"})
+            text = text_of(result)  # type: ignore[arg-type]
+            assert "was stopped (unused for 1 s)" in text and text.endswith("fresh")
+            again = await session.call_tool("execute_ipython_cell", {"code": "print('quiet')"})
+            assert text_of(again) == "quiet"  # type: ignore[arg-type]  # said once
+    finally:
+        left = sigterm_survivors(process)
+        assert not left, f"left running after SIGTERM: {[describe(p) for p in left]}"
 
 
 @requires_node

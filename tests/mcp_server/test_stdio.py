@@ -48,7 +48,7 @@ KERNEL_ENV_ALLOWED = {
 }
 
 
-async def test_lists_four_documented_tools(workspace: Path, state_dir: Path) -> None:
+async def test_lists_four_compact_tools_without_output_schemas(workspace: Path, state_dir: Path) -> None:
     # `python -m ipybox.mcp_server` is the same server as the `ipybox` command
     command = [sys.executable, "-m", "ipybox.mcp_server"]
     async with open_ipybox(workspace, state_dir, command=command) as box:
@@ -58,23 +58,29 @@ async def test_lists_four_documented_tools(workspace: Path, state_dir: Path) -> 
     assert init is not None and init.server_info.name == "ipybox"
     assert "register_mcp_server" in (init.instructions or "")
     assert set(tools) == {"register_mcp_server", "execute_ipython_cell", "install_package", "reset"}
+    # what an agent needs to use each tool, in few words
     expected_words = {
-        "register_mcp_server": ["mcptools", "server_params", "${VAR}", ".env", "Params", "run("],
-        "execute_ipython_cell": ["persist", "timeout", "max_output_chars", "mcptools", "images"],
-        "install_package": ["pip", "requests", "git+https"],
+        "register_mcp_server": ["mcptools", "${VAR}", ".env", "Params", "run()", "command", "url"],
+        "execute_ipython_cell": ["stateful", "mcptools", "approve", "kernel"],
+        "install_package": ["pip", "git+https"],
         "reset": ["variables", "mcptools"],
     }
     for name, words in expected_words.items():
-        description = tools[name].description or ""
-        assert len(description) > 150, (name, description)
         for word in words:
-            assert word in description, (name, word)
+            assert word in (tools[name].description or ""), (name, word)
+        assert tools[name].output_schema is None, name  # plain text results, no JSON wrapper
+    # The footprint a model sees: tools/list entries as an LLM API gets them, plus the instructions.
+    seen = [
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools.values()
+    ]
+    footprint = len(json.dumps(seen, separators=(",", ":"))) + len(init.instructions or "")
+    assert footprint <= 1536, f"{footprint} bytes of tool definitions and instructions (budget 1.5 KB)"
     parameters = {name: set(tool.input_schema["properties"]) for name, tool in tools.items()}
     assert parameters == {
         "register_mcp_server": {"server_name", "server_params"},
-        "execute_ipython_cell": {"code", "timeout", "max_output_chars"},
+        "execute_ipython_cell": {"code", "kernel", "timeout", "max_output_chars"},
         "install_package": {"package_name"},
-        "reset": set(),
+        "reset": {"kernel"},
     }
     assert set(tools["execute_ipython_cell"].input_schema["required"]) == {"code"}
 
@@ -417,6 +423,7 @@ async def test_failing_and_hanging_tool_calls_through_the_generated_api(
 
 async def test_client_cancellation_interrupts_the_cell(workspace: Path, state_dir: Path) -> None:
     async with open_ipybox(workspace, state_dir) as box:
+        await box.output("print('kernel up')")  # the 1 s below is for the cell, not the kernel's start
         with pytest.raises(MCPError):
             await box.call(
                 "execute_ipython_cell",

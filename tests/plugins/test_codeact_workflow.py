@@ -48,7 +48,8 @@ def parse(raw: str) -> ParseResult:
     return ParseResult(a=float(a), b=float(b), total=float(total))
 """
 
-PARSER_SECTION = '''
+PARSER_SECTION = '''from pydantic import BaseModel
+
 
 class ParseResult(BaseModel):
     """What run_parsed() returns."""

@@ -70,12 +70,17 @@ async def test_default_policy_is_used_without_a_config(
         if isinstance(values, dict):
             for key, value in values.items():
                 if isinstance(value, list):
-                    assert set(value) <= set(policy[section][key]), (section, key)
+                    # relative paths are made absolute (srt runs outside the workspace); what
+                    # ipybox never lets a kernel write (~/.ipython) is not opened by allowWrite
+                    wanted = {str(workspace / p).removesuffix("/.") for p in value if not p.startswith("~")}
+                    assert wanted <= set(policy[section][key]), (section, key)
                 else:
                     assert policy[section][key] == value, (section, key)
         else:
             assert policy[section] == values
     assert str(state_dir) in policy["filesystem"]["denyWrite"]
+    assert policy["filesystem"]["denyRead"][0] == "/"  # reads by allow-list
+    assert not [p for p in policy["filesystem"]["allowWrite"] if p.startswith("~")]
     assert policy["network"]["allowAllUnixSockets"] is True
     assert (workspace / "written.txt").read_text() == "x"
 
@@ -144,7 +149,6 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("content", "message"),
     [
         ("{not json", "is not valid JSON"),
-        ("", "is not valid JSON"),
         ("[]", "must be a JSON object"),
         ('"filesystem"', "must be a JSON object"),
         ({"filesystem": []}, "'filesystem' must be an object"),
@@ -247,3 +251,28 @@ async def test_missing_bwrap_is_named_before_anything_starts(
     assert "socat" not in missing and "rg" not in missing and "srt" not in missing
     assert "apt-get install bubblewrap" in str(info.value)
     _no_trace(watch, private_tmp)
+
+
+def test_placeholders_are_shared_and_removed_by_their_last_holder(tmp_path: Path) -> None:
+    from ipybox.sandbox.placeholders import Placeholders, sweep
+
+    locks, workspace = tmp_path / "locks", tmp_path / "ws"
+    workspace.mkdir()
+    first, second = Placeholders(locks), Placeholders(locks)
+    first.ensure(workspace / ".git", "dir")
+    second.ensure(workspace / ".git", "dir")
+    second.ensure(workspace / ".mcp.json", "file")
+    assert (workspace / ".git").is_dir() and (workspace / ".mcp.json").is_file()
+    first.release()
+    assert (workspace / ".git").is_dir()  # the second executor still relies on it
+    (workspace / ".mcp.json").write_text("{}")  # the user wrote it meanwhile: it stays
+    second.release()
+    assert sorted(p.name for p in workspace.iterdir()) == [".mcp.json"]
+    assert not locks.exists()
+    # an executor killed outright: the next sweep removes what it left
+    killed = Placeholders(locks)
+    killed.ensure(workspace / ".claude", "dir")
+    for fd, _ in killed._held.values():
+        os.close(fd)
+    sweep(locks)
+    assert not (workspace / ".claude").exists()

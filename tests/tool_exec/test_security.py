@@ -230,7 +230,8 @@ init = pathlib.Path("mcptools/nasty/__init__.py")
 evil = {{"command": "touch", "args": [{str(marker)!r}]}}
 init.write_text(re.sub(r"SERVER_PARAMS = .*", "SERVER_PARAMS = " + repr(evil), init.read_text()))
 from mcptools.nasty import echo
-print(echo.SERVER_PARAMS == evil)
+import mcptools.nasty as pkg
+print(pkg.SERVER_PARAMS == evil)
 echo.run(echo.Params(message="x"))
 """
         requests, outcome = await collect(executor, code, lambda r: "accept")

@@ -1,0 +1,134 @@
+"""Bearer-token authentication of HTTP clients: a file of named tokens, or JWTs of an identity
+provider. Each verifier maps a token to its principal (`AccessToken.client_id`)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+class TokenFile:
+    """Tokens from a file of `NAME TOKEN` or `NAME sha256:HEX` lines (`#` starts a comment).
+
+    Every presented token is hashed and compared with every entry in constant time.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._entries: list[tuple[str, bytes]] = []
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as e:
+            raise ValueError(f"cannot read the token file {path}: {e.strerror or e}") from None
+        for number, line in enumerate(lines, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            parts = line.split()
+            if len(parts) != 2 or not _NAME.fullmatch(parts[0]):
+                raise ValueError(
+                    f"{path}, line {number}: expected 'NAME TOKEN' or 'NAME sha256:HEX' with NAME of "
+                    "letters, digits, '_', '.' or '-'"
+                )
+            name, secret = parts
+            if secret.startswith("sha256:"):
+                if not _HEX.fullmatch(secret[7:]):
+                    raise ValueError(f"{path}, line {number}: sha256: takes 64 lowercase hex digits")
+                digest = bytes.fromhex(secret[7:])
+            elif len(secret) < 16:
+                raise ValueError(f"{path}, line {number}: the token of {name!r} is under 16 characters")
+            else:
+                digest = hashlib.sha256(secret.encode()).digest()
+            self._entries.append((name, digest))
+        if not self._entries:
+            raise ValueError(f"the token file {path} has no tokens")
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        digest = hashlib.sha256(token.encode(errors="surrogatepass")).digest()
+        found: str | None = None
+        for name, expected in self._entries:  # no early exit: the time does not depend on the match
+            if hmac.compare_digest(digest, expected) and found is None:
+                found = name
+        if found is None:
+            return None
+        return AccessToken(token=token, client_id=found, scopes=[], subject=found)
+
+
+class JwtVerifier:
+    """JWTs signed with a key of a JWKS (file or URL), from `issuer`, for `audience`."""
+
+    def __init__(self, issuer: str, audience: str, jwks: str) -> None:
+        import jwt
+
+        self.issuer, self.audience = issuer, audience
+        self._client: jwt.PyJWKClient | None = None
+        self._keys: jwt.PyJWKSet | None = None
+        if jwks.startswith(("https://", "http://")):
+            self._client = jwt.PyJWKClient(jwks, cache_keys=True)
+        else:
+            try:
+                self._keys = jwt.PyJWKSet.from_json(Path(jwks).expanduser().read_text())
+            except OSError as e:
+                raise ValueError(f"cannot read the JWKS file {jwks}: {e.strerror or e}") from None
+            except (jwt.PyJWKSetError, json.JSONDecodeError) as e:
+                raise ValueError(f"the JWKS file {jwks} holds no usable keys: {e}") from None
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        import jwt
+
+        try:
+            key = await asyncio.to_thread(self._signing_key, token)
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "EdDSA"],
+                audience=self.audience,
+                issuer=self.issuer,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )
+        except (jwt.PyJWTError, KeyError, ValueError):
+            return None
+        subject = str(claims["sub"])
+        return AccessToken(
+            token=token,
+            client_id=subject,
+            scopes=str(claims.get("scope", "")).split(),
+            expires_at=int(claims["exp"]),
+            subject=subject,
+            claims={"iss": claims["iss"]},
+        )
+
+    def _signing_key(self, token: str) -> Any:
+        import jwt
+
+        if self._client is not None:
+            return self._client.get_signing_key_from_jwt(token).key
+        assert self._keys is not None
+        kid = jwt.get_unverified_header(token).get("kid")
+        keys = [k for k in self._keys.keys if kid is None or k.key_id == kid]
+        if not keys:
+            raise KeyError(kid)
+        return keys[0].key
+
+
+def auth_settings(resource_url: str, issuer: str | None) -> AuthSettings:
+    """What the SDK needs to challenge (401 with WWW-Authenticate) and describe the protected resource."""
+    return AuthSettings(
+        issuer_url=issuer or resource_url,  # type: ignore[arg-type]
+        resource_server_url=resource_url,  # type: ignore[arg-type]
+        validate_token_resource=False,  # the verifiers check the audience themselves
+    )
+
+
+__all__ = ["JwtVerifier", "TokenFile", "TokenVerifier", "auth_settings"]

@@ -1,0 +1,199 @@
+"""A running execute_ipython_cell: the executor's stream driven by a task of its own, so a cell can
+wait, paused, for the user's answers across 2026-07-28 input-required rounds."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequest, InputResponses
+
+from ipybox.code_exec import CodeExecutionChunk, CodeExecutionResult, CodeExecutor
+from ipybox.mcp_server.approval import Verdict, describe_call
+from ipybox.tool_exec.approval.client import ApprovalRequest
+from ipybox.tool_exec.audit import AuditLog
+
+logger = logging.getLogger(__name__)
+
+DONE = object()
+Event = CodeExecutionChunk | ApprovalRequest | object
+#: Decides a tool call without the user: the policy's verdict for (server, tool).
+Decider = Callable[[ApprovalRequest], Verdict]
+_APPROVE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+class CellRun:
+    """One cell on its kernel. `events` yields output chunks, tool calls to put to the user, then
+    `DONE`; `outcome` is then the result or the error."""
+
+    def __init__(
+        self,
+        kernel: AbstractAsyncContextManager[tuple[CodeExecutor, str]],
+        code: str,
+        timeout: float,
+        *,
+        principal: str,
+        decide: Decider | None,
+        audit: AuditLog | None,
+        auto_reason: str,
+    ) -> None:
+        self.id = secrets.token_urlsafe(18)
+        self.principal = principal
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.outcome: CodeExecutionResult | BaseException | None = None
+        self.notice = ""  # for the reply of the round that follows the run next
+        self.kernel_notice = ""  # why the kernel is fresh, if it was stopped since its last use
+        self.asking: dict[str, ApprovalRequest] = {}
+        self.round = 0
+        self._decide, self._audit, self._auto_reason = decide, audit, auto_reason
+        self._executor: CodeExecutor | None = None
+        self._task = asyncio.create_task(self._drive(kernel, code, timeout))
+
+    async def _drive(
+        self, kernel: AbstractAsyncContextManager[tuple[CodeExecutor, str]], code: str, timeout: float
+    ) -> None:
+        try:
+            async with kernel as (executor, self.kernel_notice):
+                self._executor = executor
+                auto = self._decide is None
+                async for item in executor.stream(code, timeout=timeout, chunks=True, auto_approve=auto):
+                    if isinstance(item, CodeExecutionResult):
+                        self.outcome = item
+                    elif isinstance(item, ApprovalRequest):
+                        await self._route(item)
+                    else:
+                        self.events.put_nowait(item)
+        except BaseException as e:  # reported to whoever follows the run
+            self.outcome = e
+            if isinstance(e, asyncio.CancelledError):
+                raise
+        finally:
+            self._executor = None
+            self.events.put_nowait(DONE)
+
+    async def _route(self, request: ApprovalRequest) -> None:
+        assert self._decide is not None
+        verdict = self._decide(request)
+        if verdict.action == "ask":
+            self.events.put_nowait(request)
+        else:
+            await self.decide(request, verdict.action == "allow", verdict.reason)
+
+    async def decide(self, request: ApprovalRequest, accept: bool, by: str) -> None:
+        if self._audit is not None:
+            with contextlib.suppress(OSError):
+                self._audit.decided(
+                    server_name=request.server_name,
+                    tool_name=request.tool_name,
+                    decision="accepted" if accept else "rejected",
+                    by=by,
+                )
+        await (request.accept() if accept else request.reject())
+
+    def input_requests(self, requests: list[ApprovalRequest]) -> dict[str, InputRequest]:
+        """Park `requests` for the next round; what to ask the client."""
+        self.round += 1
+        asked: dict[str, InputRequest] = {}
+        for number, request in enumerate(requests):
+            key = f"approve-{self.round}-{number}"
+            self.asking[key] = request
+            message = describe_call(request.server_name, request.tool_name, request.tool_args)
+            asked[key] = ElicitRequest(
+                params=ElicitRequestFormParams(message=message, requested_schema=_APPROVE_SCHEMA)
+            )
+        return asked
+
+    async def answer(self, responses: InputResponses | None, by: str) -> None:
+        """Apply the user's answers to the parked requests (anything unanswered is declined)."""
+        asking, self.asking = self.asking, {}
+        for key, request in asking.items():
+            response = (responses or {}).get(key)
+            accepted = isinstance(response, ElicitResult) and response.action == "accept"
+            await self.decide(request, accepted, by)
+
+    async def cancel(self) -> None:
+        """Interrupt the cell (the kernel keeps its state) and wait for the run to end."""
+        if self._task.done():
+            return
+        for request in self.asking.values():
+            await request.reject()
+        self.asking.clear()
+        if self._executor is not None:
+            await self._executor.cancel()
+        else:
+            self._task.cancel()
+        with contextlib.suppress(BaseException):
+            await self._task
+
+
+class ParkedRuns:
+    """Runs waiting for a client's next input-required round, by id; dropped (cancelled) after `ttl`."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._runs: dict[str, CellRun] = {}
+        self._expiry: dict[str, asyncio.TimerHandle] = {}
+        self._cancelling: set[asyncio.Task[None]] = set()
+
+    def park(self, run: CellRun) -> None:
+        self._runs[run.id] = run
+        loop = asyncio.get_running_loop()
+        self._expiry[run.id] = loop.call_later(self.ttl, self._expire, run.id, run.round)
+
+    def take(self, run_id: str, principal: str) -> CellRun | None:
+        run = self._runs.get(run_id)
+        if run is None or run.principal != principal:
+            return None
+        del self._runs[run_id]
+        self._expiry.pop(run_id).cancel()
+        return run
+
+    def _expire(self, run_id: str, round_: int) -> None:
+        run = self._runs.get(run_id)
+        if run is not None and run.round == round_:
+            logger.info("no answer to the approval requests of a cell in %g s: interrupting it", self.ttl)
+            del self._runs[run_id]
+            self._expiry.pop(run_id, None)
+            task = asyncio.create_task(run.cancel())
+            self._cancelling.add(task)
+            task.add_done_callback(self._cancelling.discard)
+
+    async def close(self) -> None:
+        runs = list(self._runs.values())
+        self._runs.clear()
+        for handle in self._expiry.values():
+            handle.cancel()
+        await asyncio.gather(*(run.cancel() for run in runs), *self._cancelling, return_exceptions=True)
+
+
+async def events(run: CellRun, heartbeat: float) -> AsyncIterator[Event | None]:
+    """The run's events; `None` when nothing happened for `heartbeat` seconds."""
+    while True:
+        try:
+            item = await asyncio.wait_for(run.events.get(), heartbeat)
+        except TimeoutError:
+            yield None
+            continue
+        yield item
+        if item is DONE:
+            return
+
+
+def pending_approvals(run: CellRun, first: ApprovalRequest) -> list[ApprovalRequest]:
+    """`first` and every other tool call already waiting, to ask in one round (other events are kept)."""
+    batch: list[ApprovalRequest] = [first]
+    kept: list[Event] = []
+    while not run.events.empty():
+        item = run.events.get_nowait()
+        if isinstance(item, ApprovalRequest):
+            batch.append(item)
+        else:
+            kept.append(item)
+    for item in kept:
+        run.events.put_nowait(item)
+    return batch

@@ -1,0 +1,321 @@
+"""The four tools agents get: register_mcp_server, execute_ipython_cell, install_package, reset."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import inspect
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ImageContent, InputRequiredResult, TextContent
+from mcp_types.version import is_version_at_least
+from pydantic import BaseModel
+
+from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
+from ipybox.mcp_apigen import generate_mcp_sources
+from ipybox.mcp_connect import PlaceholderError, placeholder_names
+from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
+from ipybox.mcp_server.cells import DONE, CellRun, ParkedRuns, events, pending_approvals
+from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool, check_kernel_name
+from ipybox.mcp_server.output import truncate
+from ipybox.tool_exec.approval.client import ApprovalRequest
+from ipybox.tool_exec.audit import AuditLog
+
+logger = logging.getLogger(__name__)
+
+#: Characters of a cell's output streamed to the client while it runs.
+STREAM_LIMIT = 1_000_000
+#: Seconds between progress notifications while a cell runs silently.
+HEARTBEAT = 5.0
+_STREAM_STOPPED = "[ipybox: live output stopped here; the result keeps the head and tail of the output]"
+_NO_ELICITATION = (
+    "[ipybox: this client cannot ask you (no elicitation support), so tool calls from code run "
+    "without approval; see the audit log]"
+)
+_INPUT_REQUIRED_VERSION = "2026-07-28"
+Content = list[TextContent | ImageContent]
+
+
+class _Approve(BaseModel):
+    """Accept runs the tool call; decline or cancel refuses it."""
+
+
+def principal() -> str:
+    """Who calls: the authenticated identity, or LOCAL without authentication."""
+    token = get_access_token()
+    return token.client_id if token is not None else LOCAL
+
+
+class Tools:
+    """The tools, bound to the workspaces of principals (`home`) and their kernels (`kernels`)."""
+
+    def __init__(
+        self,
+        kernels: KernelPool,
+        home: Any,
+        *,
+        policy: ApprovalPolicy,
+        allow_env: tuple[str, ...],
+        install: Any,
+        parked: ParkedRuns,
+    ) -> None:
+        self.kernels = kernels
+        self.home = home  # Homes: a principal's workspace and audit log
+        self.policy = policy
+        self.allow_env = allow_env
+        self._install = install
+        self.parked = parked
+        self._told_no_elicitation: set[str] = set()
+
+    def add_to(self, server: MCPServer[Any]) -> None:
+        for tool in (self.register_mcp_server, self.execute_ipython_cell, self.install_package, self.reset):
+            description = " ".join(inspect.cleandoc(tool.__doc__ or "").split())
+            server.add_tool(tool, description=description, structured_output=False)
+        for info in server._tool_manager.list_tools():  # titles repeat the names: leave them out
+            _drop_titles(info.parameters)
+
+    async def register_mcp_server(self, server_name: str, server_params: dict[str, Any]) -> str:
+        """Generate a Python API for an MCP server's tools: mcptools/<server_name>/<tool>.py with
+        Params, Result, run(). server_params: {command, args, env} or {url, headers}; secrets as
+        "${VAR}" (from .env)."""
+        who = principal()
+        root = self.home.workspace(who)
+        try:
+            modules = await generate_mcp_sources(
+                server_name, server_params, root / "mcptools", workspace=root, allow_env=self.allow_env
+            )
+        except ValueError as e:  # bad name or parameters, or a refused ${VAR}: nothing was started
+            _audit_refusal(self.home.audit_log(who), server_name, server_params, e)
+            raise ToolError(str(e)) from None
+        except ConnectionError as e:
+            raise ToolError(str(e)) from None
+        ReadOnlyTools(root).set(server_name, modules.read_only)
+        for executor in self.kernels.executors(who):  # code importing the old API sees the new one
+            with contextlib.suppress(Exception):
+                await executor.execute(_forget_modules(server_name), timeout=10)
+        lines = [f"Generated {len(modules)} tool modules in mcptools/{server_name}/:"]
+        lines += [f"- {m}: {_summary(root / 'mcptools' / server_name / f'{m}.py')}" for m in modules]
+        if modules.repaired:
+            lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")
+            lines += [f"- {name}: {what}" for name, what in modules.repaired.items()]
+        if modules.skipped:
+            lines.append(f"Skipped {len(modules.skipped)} tools (no module generated):")
+            lines += [f"- {name}: {why}" for name, why in modules.skipped.items()]
+        return "\n".join(lines)
+
+    async def execute_ipython_cell(
+        self,
+        code: str,
+        ctx: Context[Any, Any],
+        kernel: str = DEFAULT_KERNEL,
+        timeout: float = 120,
+        max_output_chars: int = 5000,
+    ) -> Content | InputRequiredResult:
+        """Run Python in a stateful IPython kernel (await, !shell ok). Code calls registered tools
+        via mcptools.<server>.<tool>.run(); the user may approve each call. kernel: name of an
+        independent kernel."""
+        who = principal()
+        if ctx.request_state is not None:  # a later round: the user answered the approval requests
+            run = self.parked.take(ctx.request_state, who)
+            if run is None:
+                raise ToolError("This cell's approval requests expired; run the cell again.")
+            await run.answer(ctx.input_responses, f"user ({who}) through the client")
+        else:
+            run = self._start(code, ctx, who, kernel, timeout, max_output_chars)
+        return await self._follow(run, ctx, max_output_chars)
+
+    def _start(
+        self, code: str, ctx: Context[Any, Any], who: str, kernel: str, timeout: float, max_output_chars: int
+    ) -> CellRun:
+        if not code.strip():
+            raise ToolError("code is empty: pass the Python source to run.")
+        if not timeout > 0:
+            raise ToolError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+        if max_output_chars < 1:
+            raise ToolError(f"max_output_chars must be at least 1, got {max_output_chars!r}.")
+        try:
+            check_kernel_name(kernel)
+        except ValueError as e:
+            raise ToolError(str(e)) from None
+        capabilities = ctx.client_capabilities
+        can_ask = capabilities is not None and capabilities.elicitation is not None
+        notice = ""
+        if not can_ask and self.policy.mode != "auto" and who not in self._told_no_elicitation:
+            self._told_no_elicitation.add(who)
+            notice = _NO_ELICITATION
+        run = CellRun(
+            self.kernels.use(who, kernel),
+            code,
+            timeout,
+            principal=who,
+            decide=None if self.policy.mode == "auto" else self._decider(who, can_ask),
+            audit=self._audit(who),
+            auto_reason="",
+        )
+        run.notice = notice
+        return run
+
+    def _decider(self, who: str, can_ask: bool) -> Any:
+        read_only = ReadOnlyTools(self.home.workspace(who))
+
+        def decide(request: ApprovalRequest) -> Verdict:
+            verdict = self.policy.decide(
+                request.server_name, request.tool_name, (request.server_name, request.tool_name) in read_only
+            )
+            if verdict.action == "ask" and not can_ask:
+                return Verdict("allow", "auto: the client has no elicitation support")
+            return verdict
+
+        return decide
+
+    def _audit(self, who: str) -> AuditLog | None:
+        try:
+            return AuditLog(self.home.audit_log(who))
+        except OSError as e:
+            logger.error("cannot open the audit log: %s", e)
+            return None
+
+    async def _follow(
+        self, run: CellRun, ctx: Context[Any, Any], max_output_chars: int
+    ) -> Content | InputRequiredResult:
+        """Relay the run's output as progress until it ends or needs the user's answers."""
+        version = ctx.protocol_version
+        modern = version is not None and is_version_at_least(version, _INPUT_REQUIRED_VERSION)
+        notice, run.notice = run.notice, ""
+        progress = streamed = 0
+        parked = False
+        try:
+            async for item in events(run, HEARTBEAT):
+                if item is DONE:
+                    break
+                progress += 1
+                if item is None:
+                    await _report(ctx, progress, "running")
+                elif isinstance(item, CodeExecutionChunk):
+                    if streamed < STREAM_LIMIT:  # the live view of a flood stops; the result keeps its ends
+                        text = item.text[: STREAM_LIMIT - streamed]
+                        streamed += len(item.text)
+                        if streamed >= STREAM_LIMIT:
+                            text += f"\n{_STREAM_STOPPED}"
+                        await _stream_to_client(ctx, text, progress)
+                elif isinstance(item, ApprovalRequest):
+                    if modern:
+                        await asyncio.sleep(0.05)  # let calls made together arrive, to ask in one round
+                        requests = run.input_requests(pending_approvals(run, item))
+                        self.parked.park(run)
+                        parked = True
+                        return InputRequiredResult(input_requests=requests, request_state=run.id)
+                    await self._ask(ctx, run, item)
+        finally:
+            if not parked:
+                await run.cancel()  # a client that cancels or goes away interrupts the cell
+        notice = "\n".join(n for n in (notice, run.kernel_notice) if n)
+        return _reply(run, self.home.workspace(run.principal), max_output_chars, notice)
+
+    async def _ask(self, ctx: Context[Any, Any], run: CellRun, request: ApprovalRequest) -> None:
+        message = describe_call(request.server_name, request.tool_name, request.tool_args)
+        try:
+            answer = await ctx.elicit(message, _Approve)
+            accepted = answer.action == "accept"
+        except Exception as e:  # the client failed to ask: refuse rather than run unapproved
+            logger.warning("elicitation failed: %s", e)
+            accepted = False
+        await run.decide(request, accepted, f"user ({run.principal}) through the client")
+
+    async def install_package(self, package_name: str, ctx: Context[Any, Any]) -> str:
+        """pip-install a package for the kernel: "numpy>=1.26" or "git+https://..." (network allowed)."""
+        return str(await self._install(package_name, principal()))
+
+    async def reset(self, ctx: Context[Any, Any], kernel: str = DEFAULT_KERNEL) -> str:
+        """Clear a kernel's variables and imports (files and mcptools/ stay)."""
+        try:
+            check_kernel_name(kernel)
+        except ValueError as e:
+            raise ToolError(str(e)) from None
+        async with self.kernels.use(principal(), kernel) as (executor, _):
+            await executor.reset()
+        return f"Kernel {kernel!r} reset."
+
+
+def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str) -> Content:
+    spill = workspace / ".ipybox" / "outputs"
+    outcome = run.outcome
+    prefix = f"{notice}\n" if notice else ""
+    if isinstance(outcome, CodeExecutionError):
+        output = f"{outcome.output}\n\n" if outcome.output else ""
+        raise ToolError(prefix + truncate(f"{output}{outcome}", max_output_chars, spill))
+    if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
+        raise ToolError(prefix + str(outcome))
+    if isinstance(outcome, BaseException):
+        raise outcome
+    if outcome is None:
+        raise ToolError(prefix + "The cell was interrupted.")
+    assert isinstance(outcome, CodeExecutionResult)
+    text = truncate(outcome.text or "", max_output_chars, spill)
+    if outcome.images:
+        text += "\n" if text else ""
+        text += "\n".join(f"[image saved to {path}]" for path in outcome.images)
+    content: Content = [TextContent(type="text", text=prefix + (text or "(no output)"))]
+    content += [Image(path=path).to_image_content() for path in outcome.images]
+    return content
+
+
+def _drop_titles(schema: Any) -> None:
+    if isinstance(schema, dict):
+        schema.pop("title", None)
+        for value in schema.get("properties", {}).values():
+            _drop_titles(value)
+
+
+async def _report(ctx: Context[Any, Any], progress: int, message: str) -> None:
+    with contextlib.suppress(Exception):
+        await ctx.report_progress(progress, message=message)
+
+
+async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) -> None:
+    """Forward a chunk of output while the cell runs: as progress (if the client asked for it) and log.
+
+    `progress` counts the notifications: the protocol requires it to increase with every one.
+    """
+    await _report(ctx, progress, text)
+    with contextlib.suppress(Exception), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # logging notifications are deprecated in newer protocol versions
+        await ctx.log("info", text, logger_name="ipybox.output")
+
+
+def _audit_refusal(log: Path, server_name: str, server_params: Any, error: ValueError) -> None:
+    """Record a refused registration: the rule and the variables it names, never their values."""
+    if isinstance(error, PlaceholderError):
+        variables, rule = error.variables, error.rule
+    else:
+        variables, rule = sorted(placeholder_names(server_params)), "params"
+    try:
+        AuditLog(log).refused_registration(
+            server_name=str(server_name), error=str(error), variables=variables, rule=rule
+        )
+    except OSError as e:
+        logger.error("cannot write the audit log %s: %s", log, e)
+
+
+def _forget_modules(server_name: str) -> str:
+    return (
+        "import sys as _s, importlib as _i\n"
+        f"[_s.modules.pop(_k) for _k in list(_s.modules) if _k == 'mcptools.{server_name}' "
+        f"or _k.startswith('mcptools.{server_name}.')]\n"
+        "_i.invalidate_caches(); del _s, _i"
+    )
+
+
+def _summary(module: Path) -> str:
+    """The first line of a generated module's docstring (the tool's description)."""
+    with contextlib.suppress(OSError, SyntaxError):
+        doc = ast.get_docstring(ast.parse(module.read_text())) or ""
+        return doc.strip().splitlines()[0][:120] if doc.strip() else "(no description)"
+    return "(no description)"

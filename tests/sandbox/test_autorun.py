@@ -1,0 +1,191 @@
+"""Auto-run paths: what host programs run from the workspace (git, editors, Claude Code) can be
+neither changed nor created by a sandboxed kernel, and the sandbox leaves no trace behind."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ipybox import CodeExecutor
+from ipybox.sandbox.autorun import CREATION_BLOCKED
+
+from .conftest import probe, sandbox_config, write_config
+
+pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(120)]
+
+#: Kernel code: `tamper(path)` tries to change or create `path` in five ways; `staging` is a
+#: directory and `loose` a file the kernel may write, used to put things in place.
+TAMPER = """
+def replace(t):
+    pathlib.Path('loose').write_text('evil')
+    os.replace('loose', t)
+def through_link(t):
+    name = 'alias-' + t.replace('/', '_')
+    os.symlink(os.path.abspath(t), name)
+    return open(name, 'w').write('evil')
+def swap_dir(t):
+    parent = os.path.dirname(t) or '.'
+    os.makedirs('staging', exist_ok=True)
+    pathlib.Path('staging', os.path.basename(t)).write_text('evil')
+    os.rename(parent, 'moved-away')  # a mount point cannot be moved
+def tamper(t):
+    return [
+        attempt(lambda: (os.makedirs(os.path.dirname(t) or '.', exist_ok=True), open(t, 'a').write('evil'))),
+        attempt(lambda: replace(t)),
+        attempt(lambda: through_link(t)),
+        attempt(lambda: os.unlink(t) if os.path.isfile(t) else os.rmdir(t)),
+        attempt(lambda: swap_dir(t)),
+    ]
+"""
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() and not p.is_symlink() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def _repo(workspace: Path) -> list[str]:
+    """Make `workspace` a git repository with every auto-run path git and others use; returns
+    the paths (relative) a kernel must not change."""
+    _git(workspace, "init", "-q")
+    _git(workspace, "config", "core.hooksPath", ".githooks")  # as husky and friends do
+    _git(workspace, "config", "include.path", "../project.gitconfig")
+    (workspace / "project.gitconfig").write_text("[user]\n\tname = someone\n")
+    files = {
+        ".githooks/pre-commit": "#!/bin/sh\n",
+        ".git/hooks/post-checkout": "#!/bin/sh\n",
+        ".git/info/attributes": "",
+        ".git/worktrees/wt/config.worktree": "",
+        ".git/worktrees/wt/commondir": "../..\n",
+        ".git/modules/sub/config": "[core]\n",
+        "sub/.git": "gitdir: ../.git/modules/sub\n",
+        ".vscode/tasks.json": "{}\n",
+        "pkg/inner/.vscode/settings.json": "{}\n",
+        ".idea/workspace.xml": "<project/>\n",
+        ".claude/settings.json": "{}\n",
+        ".mcp.json": "{}\n",
+        ".envrc": "export A=1\n",
+        ".pre-commit-config.yaml": "repos: []\n",
+    }
+    for name, content in files.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(content)
+    return [
+        ".git/config",
+        ".git/config.worktree",
+        ".git/commondir",
+        ".git/index",
+        "project.gitconfig",
+        *files,
+        "pkg/inner/.vscode/tasks.json",
+        ".claude/settings.local.json",
+    ]
+
+
+async def test_existing_auto_run_paths_cannot_be_changed(workspace: Path) -> None:
+    targets = _repo(workspace)
+    (workspace / "notes.txt").write_text("free to change\n")
+    before = _tree(workspace)
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(
+            executor,
+            TAMPER
+            + f"out = {{t: tamper(t) for t in {targets!r}}}\n"
+            + "out['free'] = attempt(lambda: open('notes.txt', 'a').write('changed'))\n"
+            + "print(_json.dumps(out))",
+        )
+    assert result.pop("free") == "ok: 7"  # the rest of the workspace stays writable
+    for target, outcomes in result.items():
+        assert not [o for o in outcomes if o.startswith("ok")], (target, outcomes)
+    after = _tree(workspace)
+    after.pop("notes.txt")
+    before.pop("notes.txt")
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    # what the kernel could do: its scratch files (links, staging); nothing protected changed
+    assert all(k.startswith(("alias-", "staging", "loose")) for k in changed), changed
+
+
+@pytest.mark.parametrize("name", sorted(CREATION_BLOCKED))
+async def test_missing_auto_run_paths_cannot_be_created_and_leave_no_trace(
+    name: str, workspace: Path
+) -> None:
+    """Absent, they stay absent whatever the kernel does, also after the kernel's spare took
+    over (srt's own mount points would vanish when the first kernel's sandbox ended), and the
+    workspace holds afterwards exactly what the kernel wrote."""
+    before = _tree(workspace)
+    inner = f"{name}/settings.json" if CREATION_BLOCKED[name] == "dir" else name
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=True) as executor:
+        first = await probe(executor, TAMPER + f"print(_json.dumps(tamper({inner!r}) + tamper({name!r})))")
+        await executor.reset()  # the first kernel's sandbox ends; the spare's runs on
+        await executor.reset()
+        second = await probe(
+            executor,
+            TAMPER + f"open('written.txt', 'w').write('x')\nprint(_json.dumps(tamper({inner!r})))",
+        )
+    for outcome in [*first, *second]:
+        assert not outcome.startswith("ok"), outcome
+    after = _tree(workspace)
+    assert name not in after
+    added = set(after) - set(before)
+    assert "written.txt" in added
+    assert all(k.startswith(("written.txt", "alias-", "staging", "loose")) for k in added), added
+
+
+async def test_placeholders_outlive_a_second_executor_in_the_same_workspace(workspace: Path) -> None:
+    """Two executors in one workspace: the one that stops first leaves the other protected."""
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as first:
+        async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as second:
+            await probe(second, "print(1)")
+        result = await probe(
+            first, TAMPER + "print(_json.dumps(tamper('.claude/settings.json') + tamper('.mcp.json')))"
+        )
+        assert (workspace / ".claude").is_dir()  # the stand-in, while a sandbox runs
+    assert not [o for o in result if o.startswith("ok")], result
+    assert sorted(p.name for p in workspace.iterdir() if p.name.startswith(".")) == [".env"]
+
+
+async def test_git_and_common_workloads_work_in_a_repository(workspace: Path) -> None:
+    _git(workspace, "init", "-q")
+    _git(
+        workspace,
+        "-c",
+        "user.name=a",
+        "-c",
+        "user.email=a@example.org",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        status = await executor.execute("!git status --short --branch")
+        log = await executor.execute("!git log --oneline | wc -l")
+    assert status.text is not None and status.text.startswith("## "), status.text
+    assert "hello.txt" in status.text
+    assert (log.text or "").strip() == "1"
+    assert "hello.txt" in _git(workspace, "status", "--short")  # git on the host works as before
+
+
+async def test_missing_paths_a_policy_denies_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
+    """A policy's own `denyWrite` entries get the same placeholders, and leave no trace."""
+    config = write_config(
+        tmp_path / "c.json",
+        sandbox_config(filesystem={"allowWrite": ["."], "denyWrite": ["docs/RELEASE.md"]}),
+    )
+    async with CodeExecutor(
+        sandbox=True, sandbox_config=config, working_dir=workspace, spare_kernel=True
+    ) as executor:
+        await executor.reset()
+        result = await probe(executor, TAMPER + "print(_json.dumps(tamper('docs/RELEASE.md')))")
+    assert not [o for o in result if o.startswith("ok")], result
+    assert not (workspace / "docs").exists()
