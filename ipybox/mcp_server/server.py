@@ -22,6 +22,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from ipybox import _safe_fs
 from ipybox._version import __version__
 from ipybox.code_exec import CodeExecutionError, CodeExecutor
 from ipybox.kernel_mgr.limits import ResourceLimits
@@ -35,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 KERNEL_ENV_PREFIX = "KERNEL_ENV_"
 _LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-_SAFE_DIR = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: Names that are their principal's directory: lowercase, so no two meet on a case-insensitive disk.
+_SAFE_DIR = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
 INSTRUCTIONS = """\
 register_mcp_server makes an MCP server's tools a Python API (mcptools/<server>/); call them
@@ -75,6 +77,14 @@ class ServerOptions:
     approval_ttl: float = 600
 
 
+def principal_dir(principal: str) -> str:
+    """The directory name of a principal in WORKSPACE/users/: its name if `_SAFE_DIR` matches it,
+    else `_` and a hash of it (no matching name starts with `_`, so no two principals share one)."""
+    if _SAFE_DIR.fullmatch(principal):
+        return principal
+    return "_" + hashlib.sha256(principal.encode()).hexdigest()[:32]
+
+
 class Homes:
     """Each principal's workspace (the kernel's directory, its mcptools/, registered servers and
     .env secrets) and audit log: WORKSPACE for the local principal, else WORKSPACE/users/<name>."""
@@ -87,11 +97,14 @@ class Homes:
     def workspace(self, principal: str) -> Path:
         if principal == LOCAL or self._shared:
             return self.root
-        name = principal
-        if not _SAFE_DIR.fullmatch(name):
-            name = hashlib.sha256(principal.encode()).hexdigest()[:24]
+        name = principal_dir(principal)
         path = self.root / "users" / name
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # users/ may be in an earlier kernel's reach (a session without principals): no links
+        with _safe_fs.opendir(self.root, ("users",), create=True) as users:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=users)
+            with _safe_fs.subdir(users, name, path):
+                pass
         return path
 
     def audit_log(self, principal: str) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import inspect
@@ -101,7 +100,7 @@ class Tools:
             with contextlib.suppress(Exception):
                 await executor.execute(_forget_modules(server_name), timeout=10)
         lines = [f"Generated {len(modules)} tool modules in mcptools/{server_name}/:"]
-        lines += [f"- {m}: {_summary(root / 'mcptools' / server_name / f'{m}.py')}" for m in modules]
+        lines += [f"- {m}: {_summary(modules.descriptions.get(m, ''))}" for m in modules]
         if modules.repaired:
             lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")
             lines += [f"- {name}: {what}" for name, what in modules.repaired.items()]
@@ -250,7 +249,7 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str) ->
     prefix = f"{notice}\n" if notice else ""
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""
-        raise ToolError(prefix + truncate(f"{output}{outcome}", max_output_chars, spill))
+        raise ToolError(prefix + truncate(f"{output}{outcome}", max_output_chars, spill, trusted=workspace))
     if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
         raise ToolError(prefix + str(outcome))
     if isinstance(outcome, BaseException):
@@ -258,12 +257,13 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str) ->
     if outcome is None:
         raise ToolError(prefix + "The cell was interrupted.")
     assert isinstance(outcome, CodeExecutionResult)
-    text = truncate(outcome.text or "", max_output_chars, spill)
+    text = truncate(outcome.text or "", max_output_chars, spill, trusted=workspace)
     if outcome.images:
         text += "\n" if text else ""
         text += "\n".join(f"[image saved to {path}]" for path in outcome.images)
     content: Content = [TextContent(type="text", text=prefix + (text or "(no output)"))]
-    content += [Image(path=path).to_image_content() for path in outcome.images]
+    # the bytes ipybox saved, never the files: the kernel can swap those for links or fifos
+    content += [Image(data=png, format="png").to_image_content() for png in outcome._png]
     return content
 
 
@@ -313,9 +313,8 @@ def _forget_modules(server_name: str) -> str:
     )
 
 
-def _summary(module: Path) -> str:
-    """The first line of a generated module's docstring (the tool's description)."""
-    with contextlib.suppress(OSError, SyntaxError):
-        doc = ast.get_docstring(ast.parse(module.read_text())) or ""
-        return doc.strip().splitlines()[0][:120] if doc.strip() else "(no description)"
-    return "(no description)"
+def _summary(description: str) -> str:
+    """The first line of a tool's description, as generated (never read back from mcptools/,
+    which code in the kernel can replace by a fifo or a link)."""
+    lines = description.strip().splitlines()
+    return lines[0].strip()[:120] if lines else "(no description)"
