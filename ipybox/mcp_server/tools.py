@@ -91,7 +91,7 @@ class Tools:
                 server_name, server_params, root / "mcptools", workspace=root, allow_env=self.allow_env
             )
         except ValueError as e:  # bad name or parameters, or a refused ${VAR}: nothing was started
-            _audit_refusal(self.home.audit_log(who), server_name, server_params, e)
+            _audit_refusal(AuditLog(self.home.audit_log(who), trusted=root), server_name, server_params, e)
             raise ToolError(str(e)) from None
         except ConnectionError as e:
             raise ToolError(str(e)) from None
@@ -176,7 +176,7 @@ class Tools:
 
     def _audit(self, who: str) -> AuditLog | None:
         try:
-            return AuditLog(self.home.audit_log(who))
+            return AuditLog(self.home.audit_log(who), trusted=self.home.workspace(who))
         except OSError as e:
             logger.error("cannot open the audit log: %s", e)
             return None
@@ -290,18 +290,18 @@ async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) ->
         await ctx.log("info", text, logger_name="ipybox.output")
 
 
-def _audit_refusal(log: Path, server_name: str, server_params: Any, error: ValueError) -> None:
+def _audit_refusal(log: AuditLog, server_name: str, server_params: Any, error: ValueError) -> None:
     """Record a refused registration: the rule and the variables it names, never their values."""
     if isinstance(error, PlaceholderError):
         variables, rule = error.variables, error.rule
     else:
         variables, rule = sorted(placeholder_names(server_params)), "params"
     try:
-        AuditLog(log).refused_registration(
+        log.refused_registration(
             server_name=str(server_name), error=str(error), variables=variables, rule=rule
         )
     except OSError as e:
-        logger.error("cannot write the audit log %s: %s", log, e)
+        logger.error("cannot write the audit log %s: %s", log.path, e)
 
 
 def _forget_modules(server_name: str) -> str:
