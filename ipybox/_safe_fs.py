@@ -20,13 +20,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from ipybox.errors import IpyboxError
+
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a planted fifo does not block
 _CHUNK = 1 << 20
 
 
-class UnsafePathError(PermissionError):
+class UnsafePathError(IpyboxError, PermissionError):
     """A path in a kernel-writable directory that ipybox will not follow or read."""
 
 

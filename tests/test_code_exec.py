@@ -8,7 +8,9 @@ import struct
 import zlib
 from pathlib import Path
 
+import internals
 import pytest
+from internals import busy, kernel_pid, kernels
 from servers.launch import child_pids, eventually, pid_alive
 
 from ipybox import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
@@ -258,21 +260,21 @@ async def test_kernel_cwd_is_working_dir(executor: CodeExecutor, tmp_path: Path)
 @pytest.mark.timeout(60)
 async def test_timeout_interrupts_sleep_and_keeps_state(executor: CodeExecutor) -> None:
     await executor.execute("kept = 'still here'")
-    pid = executor._kernels.kernel.pid  # type: ignore[union-attr]
+    pid = kernel_pid(executor)
     with pytest.raises(TimeoutError, match="kept its state"):
         await executor.execute("import time\ntime.sleep(3600)", timeout=1)
     # interrupted, not replaced: the same kernel, with its state, runs the next cell
-    assert executor._kernels.kernel.pid == pid  # type: ignore[union-attr]
+    assert kernel_pid(executor) == pid
     assert (await executor.execute("print(kept)")).text == "still here"
 
 
 @pytest.mark.timeout(60)
 async def test_timeout_interrupts_busy_loop(executor: CodeExecutor) -> None:
     await executor.execute("kept = 7")
-    pid = executor._kernels.kernel.pid  # type: ignore[union-attr]
+    pid = kernel_pid(executor)
     with pytest.raises(TimeoutError, match="kept its state"):
         await executor.execute("while True:\n    pass", timeout=1)
-    assert executor._kernels.kernel.pid == pid  # type: ignore[union-attr]
+    assert kernel_pid(executor) == pid
     assert (await executor.execute("print(kept * 6)")).text == "42"
 
 
@@ -293,7 +295,7 @@ async def test_kernel_death_reports_cause_and_recovers(
     executor: CodeExecutor, code: str, expected: str
 ) -> None:
     await executor.execute("marker = 1")
-    old_pid = executor._kernels.kernel.pid  # type: ignore[union-attr]
+    old_pid = kernel_pid(executor)
     with pytest.raises(CodeExecutionError) as info:
         await executor.execute(f"print('dying', flush=True)\n{code}")
     message = str(info.value)
@@ -304,7 +306,7 @@ async def test_kernel_death_reports_cause_and_recovers(
 
     # The next execution runs on a fresh kernel: it works, and the old state is gone.
     assert (await executor.execute("print('alive')")).text == "alive"
-    assert executor._kernels.kernel.pid != old_pid  # type: ignore[union-attr]
+    assert kernel_pid(executor) != old_pid
     with pytest.raises(CodeExecutionError, match="NameError"):
         await executor.execute("marker")
 
@@ -331,9 +333,9 @@ async def _check_reset(executor: CodeExecutor) -> None:
 
 
 async def test_reset_clears_namespace_and_keeps_files(executor: CodeExecutor) -> None:
-    old_pid = executor._kernels.kernel.pid  # type: ignore[union-attr]
+    old_pid = kernel_pid(executor)
     await _check_reset(executor)
-    assert executor._kernels.kernel.pid != old_pid  # type: ignore[union-attr]
+    assert kernel_pid(executor) != old_pid
 
 
 async def test_reset_without_spare_kernel(tmp_path: Path) -> None:
@@ -378,9 +380,9 @@ async def test_execute_before_start_raises() -> None:
 async def test_stop_removes_processes_and_runtime_dir(tmp_path: Path) -> None:
     before = child_pids()
     async with CodeExecutor(working_dir=tmp_path) as executor:
-        runtime_dir = executor._runtime_dir
+        runtime_dir = internals.runtime_dir(executor)
         assert runtime_dir is not None and runtime_dir.is_dir()
-        await executor._kernels.spare_ready()  # type: ignore[union-attr]
+        await kernels(executor).spare_ready()
         assert len(child_pids() - before) >= 2  # the kernel and its warm spare
         await executor.execute("print(1)")
     assert await eventually(lambda: child_pids() <= before), child_pids() - before
@@ -392,7 +394,7 @@ async def test_stop_after_exception_in_body(tmp_path: Path) -> None:
     runtime_dir: Path | None = None
     with pytest.raises(ValueError, match="boom"):
         async with CodeExecutor(working_dir=tmp_path) as executor:
-            runtime_dir = executor._runtime_dir
+            runtime_dir = internals.runtime_dir(executor)
             await executor.execute("x = 1")
             assert child_pids() - before
             raise ValueError("boom")
@@ -408,7 +410,7 @@ async def test_stop_after_cancel_during_execution(tmp_path: Path) -> None:
 
     async def run() -> None:
         async with CodeExecutor(working_dir=tmp_path) as executor:
-            runtime_dirs.append(executor._runtime_dir)
+            runtime_dirs.append(internals.runtime_dir(executor))
             async for _ in executor.stream(
                 "print('sleeping', flush=True)\nimport time\ntime.sleep(30)", chunks=True
             ):
@@ -438,7 +440,7 @@ async def test_stop_kills_background_processes(tmp_path: Path) -> None:
 @pytest.mark.timeout(60)
 async def test_abandoned_stream_interrupts_cell_and_frees_executor(executor: CodeExecutor) -> None:
     await executor.execute("kept = 'yes'")
-    pid = executor._kernels.kernel.pid  # type: ignore[union-attr]
+    pid = kernel_pid(executor)
     async for item in executor.stream(
         "print('started', flush=True)\nimport time\ntime.sleep(3600)", chunks=True
     ):
@@ -447,12 +449,12 @@ async def test_abandoned_stream_interrupts_cell_and_frees_executor(executor: Cod
     # Had the abandoned cell not been interrupted, this one would wait behind it and time out.
     result = await executor.execute("print(kept)", timeout=30)
     assert result.text == "yes"
-    assert executor._kernels.kernel.pid == pid  # type: ignore[union-attr]
+    assert kernel_pid(executor) == pid
 
 
 async def test_execute_releases_executor_when_it_returns(executor: CodeExecutor) -> None:
     await executor.execute("print(1)")
-    assert not executor._lock.locked()
+    assert not busy(executor)
 
 
 @pytest.mark.timeout(60)
@@ -468,3 +470,52 @@ async def test_stop_during_execution_fails_it_and_starts_no_kernel(tmp_path: Pat
         await asyncio.wait_for(task, 10)
     await asyncio.sleep(0.5)  # no replacement kernel is started after the stop
     assert await eventually(lambda: child_pids() <= before), child_pids() - before
+
+
+# --- cancel() ------------------------------------------------------------------------------------
+
+LONG = "import time\ntime.sleep(600)"
+
+
+async def _items(stream: object) -> list[object]:
+    return [item async for item in stream]  # type: ignore[attr-defined]
+
+
+async def test_cancel_before_the_stream_starts_is_not_lost(executor: CodeExecutor) -> None:
+    await executor.execute("kept = 7")
+    task = asyncio.create_task(_items(executor.stream(LONG)))  # not started yet: no lock, no kernel
+    await executor.cancel()
+    assert await asyncio.wait_for(task, 60) == []
+    assert (await executor.execute("print(kept)")).text == "7"
+
+
+async def test_cancel_reaches_a_stream_waiting_for_the_executor(executor: CodeExecutor) -> None:
+    first = asyncio.create_task(_items(executor.stream(LONG)))
+    second = asyncio.create_task(_items(executor.stream("print('second')")))
+    assert await eventually(lambda: busy(executor))  # the first holds the executor, the second waits
+    await executor.cancel()
+    assert await asyncio.wait_for(first, 60) == [] and await asyncio.wait_for(second, 60) == []
+    assert (await executor.execute("print('after')")).text == "after"
+
+
+async def test_cancel_before_execute_runs_returns_an_empty_result(executor: CodeExecutor) -> None:
+    call = executor.execute("print('never')\n" + LONG)
+    await executor.cancel()
+    assert await asyncio.wait_for(call, 60) == CodeExecutionResult(None)
+
+
+async def test_a_cancelled_cell_never_yields_a_result(executor: CodeExecutor) -> None:
+    """Cancelled as its last output arrives, the cell has often finished already: still no result."""
+    for _ in range(5):
+        seen: list[object] = []
+        async for item in executor.stream("print('last', flush=True)", chunks=True):
+            seen.append(item)
+            if isinstance(item, CodeExecutionChunk):
+                await executor.cancel()
+        assert [type(item) for item in seen] == [CodeExecutionChunk]
+
+
+async def test_cancel_after_the_result_changes_nothing(executor: CodeExecutor) -> None:
+    assert (await executor.execute("print('done')")).text == "done"
+    await executor.cancel()  # nothing runs: no effect on what comes next
+    assert (await executor.execute("print('next')")).text == "next"

@@ -265,6 +265,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
             raise ValueError(f"--sandbox-config: file not found: {args.sandbox_config}")
     if args.max_kernels < 1:
         raise ValueError(f"--max-kernels must be at least 1, got {args.max_kernels}")
+    from ipybox.kernel_mgr.gateway import gateway_option_problem
     from ipybox.mcp_server import ApprovalPolicy, ExecutorOptions, ServerOptions, create_server
     from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
 
@@ -276,13 +277,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
         args.sandbox_config = workspace / WORKSPACE_CONFIG
-    if args.sandbox and args.kernel_gateway:
-        raise ValueError("--sandbox applies to local kernels; gateway kernels are isolated by the gateway")
-    if args.kernel_gateway and (args.memory_limit is not None or args.process_limit is not None):
-        raise ValueError(
-            "--memory-limit and --process-limit apply to local kernels; limit gateway kernels "
-            "where the gateway launches them (e.g. the kernel pod's resources)"
-        )
+    limits = ResourceLimits(memory=args.memory_limit, processes=args.process_limit)
+    if args.kernel_gateway and (problem := gateway_option_problem(args.sandbox, limits)):
+        raise ValueError(problem)
     if args.sandbox:
         try:
             check_sandbox(args.sandbox_config)
@@ -296,7 +293,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         executor=ExecutorOptions(
             sandbox=args.sandbox,
             sandbox_config=args.sandbox_config,
-            limits=ResourceLimits(memory=args.memory_limit, processes=args.process_limit),
+            limits=limits,
             allow_env=tuple(dict.fromkeys(name for names in args.allow_env for name in names)),
             kernel_gateway_url=args.kernel_gateway,
             kernel_name=args.kernel_name,

@@ -9,6 +9,8 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+from ipybox.errors import IpyboxError
+
 T = TypeVar("T")
 
 #: While paused, waiters look again this often (the pause may end at any time).
@@ -62,7 +64,7 @@ class Deadline:
         return remaining is not None and not self._pauses and remaining + grace <= 0
 
 
-class Overtaken(Exception):
+class Overtaken(IpyboxError):
     """`race()`'s watched future finished before the work did (e.g. the kernel died)."""
 
 

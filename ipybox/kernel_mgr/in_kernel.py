@@ -260,7 +260,8 @@ def _pip_for_this_python(shell: Any) -> None:
         f.write(_PIP_SHIM.format(python=shlex.quote(sys.executable)))
     os.chmod(shim, 0o755)
     os.symlink("pip", os.path.join(directory, "pip3"))
-    os.environ["PATH"] = os.pathsep.join([directory, os.environ.get("PATH", "")])
+    # an unset PATH means the default search path, which must stay after ours
+    os.environ["PATH"] = os.pathsep.join([directory, os.environ.get("PATH", os.defpath)])
     import atexit
 
     atexit.register(shutil.rmtree, directory, True)

@@ -18,9 +18,12 @@ from typing import Any
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
+from ipybox.errors import IpyboxError
+from ipybox.kernel_mgr.cgroup import KernelCgroup, fallback
 from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
-from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits, fallback
+from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
+from ipybox.upstream import adopt_kernel_info
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +38,7 @@ _KERNEL_OPTIONS = (
 )
 
 
-class KernelDied(Exception):
+class KernelDied(IpyboxError):
     """The kernel process exited while a request was outstanding.
 
     `cause`, when known (the memory limit), replaces the guess made from the exit status.
@@ -209,7 +212,7 @@ class Kernel:
                 await client.get_iopub_msg(timeout=0.2)  # iopub_welcome or status: iopub is connected
             except Empty:
                 continue
-            client._handle_kernel_info_reply(reply)
+            adopt_kernel_info(client, reply)
             return
 
     @staticmethod

@@ -4,7 +4,7 @@ Started as `python -m ipybox.kernel_mgr.launch [--memory N] [--processes N] -- <
 also inside the sandbox, where the parent's process is not visible: the parent holds the
 write end of the kernel's stdin, so end-of-file on stdin means ipybox is gone. `--memory` and
 `--processes` (`RLIMIT_AS`, `RLIMIT_NPROC`) are passed only when a limit was asked for and no
-cgroup can enforce it; a cgroup is joined before this runs (see `limits.KernelCgroup.wrap`).
+cgroup can enforce it; a cgroup is joined before this runs (see `cgroup.KernelCgroup.wrap`).
 """
 
 from __future__ import annotations

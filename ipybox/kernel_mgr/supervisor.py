@@ -5,65 +5,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Protocol
+from collections.abc import Callable
 
+from ipybox.kernel_mgr.backend import KernelLike
 from ipybox.kernel_mgr.deadline import Deadline
-from ipybox.kernel_mgr.kernel import Kernel, KernelDied, KernelReply
-from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.kernel_mgr.kernel import KernelDied, KernelReply
 from ipybox.kernel_mgr.output import KernelEvent
 
+__all__ = ["KernelLike", "KernelSupervisor"]
+
 logger = logging.getLogger(__name__)
-
-
-class KernelLike(Protocol):
-    """What the supervisor needs of a kernel: a local `Kernel` or a `GatewayKernel`."""
-
-    @property
-    def pid(self) -> int | None: ...
-
-    @property
-    def alive(self) -> bool: ...
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    async def start(self, timeout: float = 30) -> None: ...
-
-    async def execute(
-        self,
-        code: str,
-        on_event: Callable[[KernelEvent], None],
-        deadline: Deadline,
-        interrupt_grace: float = 5,
-    ) -> KernelReply: ...
-
-    async def stop(self, grace: float = 2) -> None: ...
 
 
 class KernelSupervisor:
     """Owns the kernel an executor runs code in.
 
+    `factory` makes the (unstarted) kernels: a `KernelBackend`'s, or any that give `KernelLike`s.
     A spare kernel is started in the background after the first one is ready, so that
     `reset()` and recovery from a dead kernel only swap kernels instead of starting one.
-    `factory`, if given, makes the kernels instead (e.g. `GatewayKernel`s on a gateway).
     """
 
     def __init__(
-        self,
-        runtime_dir: Path,
-        cwd: Path,
-        env: Mapping[str, str],
-        command_prefix: Sequence[str] = (),
-        limits: ResourceLimits | None = None,
-        spare: bool = True,
-        start_timeout: float = 30,
-        factory: Callable[[], KernelLike] | None = None,
+        self, factory: Callable[[], KernelLike], spare: bool = True, start_timeout: float = 30
     ) -> None:
-        self._new: Callable[[], KernelLike] = factory or (
-            lambda: Kernel(runtime_dir, cwd, env, command_prefix, limits or ResourceLimits())
-        )
+        self._new = factory
         self._spare_enabled = spare
         self._start_timeout = start_timeout
         self._started = False

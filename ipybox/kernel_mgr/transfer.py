@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ipybox import _safe_fs
-from ipybox.kernel_mgr.gateway import GatewayKernel
+from ipybox.kernel_mgr.backend import QuietCells
 
 #: Bytes per cell; base64 makes them a third larger, well below gateways' websocket frame limits.
 CHUNK = 1 << 20
@@ -125,7 +125,7 @@ def _inside(root: Path, rel: str) -> Path:
     return root / path
 
 
-async def upload(kernel: GatewayKernel, local: Path, remote: str) -> None:
+async def upload(kernel: QuietCells, local: Path, remote: str) -> None:
     """Copy the local file or directory `local` to `remote` (relative to the kernel's working dir)."""
     if local.is_dir():
         await kernel.run_quiet(_call("make_dir", remote))
@@ -143,7 +143,7 @@ async def upload(kernel: GatewayKernel, local: Path, remote: str) -> None:
         raise FileNotFoundError(f"No such file or directory: {local}")
 
 
-async def _upload_file(kernel: GatewayKernel, local: Path, remote: str) -> None:
+async def _upload_file(kernel: QuietCells, local: Path, remote: str) -> None:
     await kernel.run_quiet(_call("begin_upload", remote))
     try:
         with local.open("rb") as f:
@@ -156,7 +156,7 @@ async def _upload_file(kernel: GatewayKernel, local: Path, remote: str) -> None:
         raise
 
 
-async def download(kernel: GatewayKernel, remote: str, local: Path) -> None:
+async def download(kernel: QuietCells, remote: str, local: Path) -> None:
     """Copy the kernel's file or directory `remote` to the local path `local`."""
     info = json.loads(await kernel.run_quiet(_call("describe", remote)))
     if info["type"] == "missing":
@@ -171,7 +171,7 @@ async def download(kernel: GatewayKernel, remote: str, local: Path) -> None:
         await _download_file(kernel, _join(remote, Path(rel)), _inside(local, rel), int(size))
 
 
-async def _download_file(kernel: GatewayKernel, remote: str, local: Path, size: int) -> None:
+async def _download_file(kernel: QuietCells, remote: str, local: Path, size: int) -> None:
     local.parent.mkdir(parents=True, exist_ok=True)
     part = local.with_name(local.name + ".ipybox-part")
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipybox import _safe_fs
+from ipybox.errors import IpyboxError
 from ipybox.mcp_apigen.names import UniqueNames, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines, py_literal, with_notes
 from ipybox.mcp_apigen.signature import signature
@@ -32,7 +33,7 @@ from ipybox.tool_exec import registry
 from ipybox.tool_exec.server import SHELL_SERVER
 
 if TYPE_CHECKING:
-    from ipybox.mcp_repair import ToolReport
+    from ipybox.mcp_client.repair import ToolReport
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ _MODULE_NAMES = {"Params", "Result", "run", "TOOL_NAME", "SERVER_NAME", "SERVER_
 PARSER_MARKER = "# --- ipybox: output parser (kept when the API is regenerated) ---"
 
 
-class ToolGenerationError(Exception):
+class ToolGenerationError(IpyboxError):
     """The code for a tool could not be generated; the message names the tool."""
 
 
@@ -311,7 +312,7 @@ async def generate_mcp_sources(
     `skipped` attribute maps each skipped tool to why and `repaired` each repaired tool to
     what was assumed. Each is also logged (skipped tools as warnings).
     """
-    from ipybox.mcp_repair import ToolReport
+    from ipybox.mcp_client.repair import ToolReport
 
     validate_server_name(server_name)
     transport_of(server_params)

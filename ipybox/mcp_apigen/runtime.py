@@ -23,6 +23,7 @@ from pydantic._internal._model_construction import ModelMetaclass
 from pydantic.root_model import _RootModelMetaclass
 from pydantic_core import PydanticCustomError, core_schema
 
+from ipybox.errors import IpyboxError
 from ipybox.tool_exec.client import ToolRunner
 
 __all__ = [
@@ -77,7 +78,7 @@ _MAX_VALUE = 80
 _E = TypeVar("_E", bound="_ReadableError")
 
 
-class _ReadableError(ValidationError):
+class _ReadableError(IpyboxError, ValidationError):
     """A pydantic `ValidationError` (so `errors()` lists the details) with a message for people."""
 
     message: str

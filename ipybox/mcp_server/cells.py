@@ -90,7 +90,6 @@ class CellRun:
                 self._audit.decided(
                     server_name=request.server_name,
                     tool_name=request.tool_name,
-                    tool_args=request.tool_args,
                     decision="accepted" if accept else "rejected",
                     by=by,
                 )

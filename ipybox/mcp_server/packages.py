@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from ipybox.errors import IpyboxError
+
 #: URL schemes a requirement may fetch from: remote sources only, never the file system.
 _REMOTE_SCHEMES = frozenset({"https", "git+https"})
 #: Names that installers read as a file in the working directory rather than a project name.
@@ -46,7 +48,7 @@ _NETWORK_SETTINGS = frozenset(
 TIMEOUT = 600.0
 
 
-class RequirementError(ValueError):
+class RequirementError(IpyboxError, ValueError):
     """A package requirement that `install` refuses; the message says why and what to give instead."""
 
 

@@ -100,9 +100,7 @@ class Tools:
         for executor in self.kernels.executors(who):  # code importing the old API sees the new one
             with contextlib.suppress(Exception):
                 await executor.execute(_forget_modules(server_name), timeout=10)
-        lines = [
-            f"Generated {len(modules)} tool modules in mcptools/{server_name}/ (read one for its Params):"
-        ]
+        lines = [f"Generated {len(modules)} tool modules in mcptools/{server_name}/:"]
         lines += [f"- {m}: {_summary(root / 'mcptools' / server_name / f'{m}.py')}" for m in modules]
         if modules.repaired:
             lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ipybox.errors import IpyboxError
 from ipybox.sandbox import autorun, reads
 from ipybox.sandbox.placeholders import Placeholders, sweep
 from ipybox.tool_exec.registry import state_dir
@@ -53,7 +54,7 @@ _BOOLEANS: dict[str | None, tuple[str, ...]] = {
 }
 
 
-class SandboxError(RuntimeError):
+class SandboxError(IpyboxError, RuntimeError):
     """The sandbox cannot be used: a tool is missing or the configuration is invalid."""
 
 

@@ -12,6 +12,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from ipybox.errors import IpyboxError
+
 #: Set in the kernel's environment by `CodeExecutor`: the tool server's unix socket, or
 #: `tcp://HOST:PORT` for a kernel on another machine (a kernel gateway).
 ENDPOINT_VAR = "IPYBOX_TOOL_SERVER"
@@ -20,7 +22,7 @@ TOKEN_VAR = "IPYBOX_TOOL_SERVER_TOKEN"
 _TCP = "tcp://"
 
 
-class ToolRunnerError(Exception):
+class ToolRunnerError(IpyboxError):
     """A tool call failed: rejected, not approved in time, unregistered server, or a tool error."""
 
 

@@ -8,7 +8,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_connect import describe_error, list_all_tools, open_session
+from ipybox.errors import IpyboxError
+from ipybox.mcp_client.session import describe_error, list_all_tools, open_session
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class ToolCallError(Exception):
+class ToolCallError(IpyboxError):
     """A tool call could not be completed; the message is meant for the caller's code.
 
     `rejected` says the application rejected it (the kernel raises `ApprovalRejectedError`).

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_connect import (
+from ipybox.mcp_client.placeholders import (
     PlaceholderError,
     Placeholders,
     placeholder_names,

@@ -9,15 +9,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
+from internals import kernels
 from servers.gateways import (
     ENTERPRISE_GATEWAY,
     KERNEL_GATEWAY,
@@ -35,6 +38,7 @@ from ipybox import (
     generate_mcp_sources,
 )
 from ipybox.kernel_mgr.gateway import GatewayError, resolve_gateway_url
+from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.tool_exec.server import ToolServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -153,7 +157,7 @@ async def test_reset_swaps_in_the_warm_spare_and_stop_deletes_kernels(
     before = set(_kernels(gateway))
     async with _executor(gateway, tmp_path) as executor:
         await executor.execute("x = 1")
-        await executor._require_kernels().spare_ready()
+        await kernels(executor).spare_ready()
         assert len(set(_kernels(gateway)) - before) == 2  # the kernel and its spare
         started = time.monotonic()
         await executor.reset()
@@ -391,3 +395,42 @@ async def test_download_refuses_paths_a_lying_kernel_reports(executor: CodeExecu
     with pytest.raises(PermissionError, match="outside the download target"):
         await executor.download("lying", tmp_path / "target")
     assert not escape.exists()
+
+
+async def test_a_kernel_image_without_pydantic_is_told_what_to_add(
+    gateway: GatewayProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = gateway.add_kernelspec("python3-without-pydantic", hide=("pydantic",))
+    with caplog.at_level(logging.WARNING, logger="ipybox"):
+        async with _executor(gateway, tmp_path, kernel_name=name, spare_kernel=False) as executor:
+            assert (await executor.execute("print(1 + 1)")).text == "2"  # code without tools runs
+            with pytest.raises(CodeExecutionError, match=r"lacks pydantic.*pip install 'pydantic"):
+                await executor.execute("import ipybox.mcp_apigen.runtime")
+    assert "lacks pydantic" in caplog.text and name in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("sdk", "cli"),
+    [
+        ({"sandbox": True}, ["--sandbox"]),
+        ({"limits": ResourceLimits(memory=1 << 30)}, ["--memory-limit", "1G"]),
+        ({"limits": ResourceLimits(processes=64)}, ["--process-limit", "64"]),
+    ],
+    ids=["sandbox", "memory", "processes"],
+)
+def test_sdk_and_cli_refuse_local_options_for_a_gateway_in_the_same_words(
+    sdk: dict[str, object], cli: list[str], tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        CodeExecutor(kernel_gateway_url="http://gw.example:8888", **sdk)  # type: ignore[arg-type]
+    argv = ["--workspace", str(tmp_path), "--kernel-gateway", "http://gw.example:8888", *cli]
+    done = subprocess.run(
+        [sys.executable, "-c", "from ipybox.cli.main import main; main()", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode != 0
+    problem = done.stderr.strip().splitlines()[-1].removeprefix("ipybox: ")
+    assert str(refused.value).lower() == problem.lower() and "local kernels" in problem

@@ -284,7 +284,7 @@ async def test_orphaned_kernel_exits_when_parent_dies(tmp_path: Path) -> None:
 
 @pytest.fixture
 async def supervisor(runtime_dir: Path, tmp_path: Path) -> AsyncIterator[KernelSupervisor]:
-    supervisor = KernelSupervisor(runtime_dir, tmp_path, kernel_environment({}))
+    supervisor = KernelSupervisor(lambda: Kernel(runtime_dir, tmp_path, kernel_environment({})))
     await supervisor.start()
     try:
         yield supervisor
@@ -327,7 +327,7 @@ async def test_supervisor_recovers_from_kernel_death(supervisor: KernelSuperviso
 
 
 async def test_supervisor_without_spare(runtime_dir: Path, tmp_path: Path) -> None:
-    supervisor = KernelSupervisor(runtime_dir, tmp_path, kernel_environment({}), spare=False)
+    supervisor = KernelSupervisor(lambda: Kernel(runtime_dir, tmp_path, kernel_environment({})), spare=False)
     await supervisor.start()
     try:
         assert supervisor._spare is None
@@ -341,7 +341,7 @@ async def test_supervisor_without_spare(runtime_dir: Path, tmp_path: Path) -> No
 
 
 async def test_supervisor_stop_stops_all_kernels(runtime_dir: Path, tmp_path: Path) -> None:
-    supervisor = KernelSupervisor(runtime_dir, tmp_path, kernel_environment({}))
+    supervisor = KernelSupervisor(lambda: Kernel(runtime_dir, tmp_path, kernel_environment({})))
     await supervisor.start()
     pids = {supervisor.kernel.pid}
     await supervisor.spare_ready()

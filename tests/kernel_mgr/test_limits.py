@@ -14,13 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import internals
 import psutil
 import pytest
+from internals import kernel_pid, kernels
 from servers.launch import chromium_dump_dom, eventually, require_cgroups, require_chromium
 
 from ipybox import CodeExecutionError, CodeExecutor
-from ipybox.kernel_mgr import limits as limits_module
-from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits, fallback, format_size
+from ipybox.kernel_mgr import cgroup as cgroup_module
+from ipybox.kernel_mgr.cgroup import KernelCgroup, fallback
+from ipybox.kernel_mgr.limits import ResourceLimits, format_size
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,13 +50,11 @@ PAGE = (
 
 
 def _kernel_pid(executor: CodeExecutor) -> int | None:
-    assert executor._kernels is not None
-    return executor._kernels.kernel.pid
+    return kernel_pid(executor)
 
 
 def _cgroup_dirs(executor: CodeExecutor) -> list[Path]:
-    assert executor._kernels is not None
-    cgroup = executor._kernels.kernel._cgroup
+    cgroup = internals.kernel(executor)._cgroup
     assert cgroup is not None
     return [path for _, path in cgroup.dirs.values()]
 
@@ -102,7 +103,7 @@ def test_format_size() -> None:
 async def test_default_kernel_has_no_rlimits_and_reserves_64_gib(tmp_path: Path) -> None:
     own = [resource.getrlimit(kind) for kind in (resource.RLIMIT_AS, resource.RLIMIT_NPROC)]
     async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
-        assert executor._kernels is not None and executor._kernels.kernel._cgroup is None
+        assert internals.kernel(executor)._cgroup is None
         code = "import resource as r\nprint([r.getrlimit(k) for k in (r.RLIMIT_AS, r.RLIMIT_NPROC)])"
         assert (await executor.execute(code)).text == str(own)  # the kernel inherits ours; ipybox sets none
         assert (await executor.execute(RESERVE)).text == "64"
@@ -242,13 +243,12 @@ async def test_cgroups_of_gone_kernels_are_removed(tmp_path: Path) -> None:
 async def test_without_cgroups_limits_fall_back_to_rlimits_with_one_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(limits_module, "CGROUP_ROOT", tmp_path / "no-cgroups")
+    monkeypatch.setattr(cgroup_module, "CGROUP_ROOT", tmp_path / "no-cgroups")
     limits = ResourceLimits(memory=3 * GIB // 2, processes=10_000)
     assert KernelCgroup.create(limits) is None
     caplog.set_level(logging.WARNING, logger="ipybox")
     async with CodeExecutor(working_dir=tmp_path, limits=limits) as executor:
-        assert executor._kernels is not None
-        await executor._kernels.spare_ready()  # a second kernel: still one warning
+        await kernels(executor).spare_ready()  # a second kernel: still one warning
         await executor.execute("kept = 41")
         with pytest.raises(CodeExecutionError, match="MemoryError"):
             await executor.execute("hog = bytearray(2 << 30)")

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import internals
 import psutil
 import pytest
 from servers.launch import alive, nasty_params
@@ -107,8 +108,7 @@ def mentioning(needle: str) -> list[psutil.Process]:
 
 def kernel_pid(executor: CodeExecutor) -> int:
     """The pid ipybox started for the current kernel (the `srt` wrapper if sandboxed)."""
-    assert executor._kernels is not None
-    pid = executor._kernels.kernel.pid
+    pid = internals.kernel_pid(executor)
     assert pid is not None
     return pid
 

@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import internals
 import psutil
 import pytest
 from mcp_server.conftest import raw_ipybox
@@ -167,7 +168,7 @@ async def test_sandbox_wrapper_killed(
     workspace.register()
     watch = ProcessWatch()
     async with CodeExecutor(sandbox=True, working_dir=workspace.root) as executor:
-        runtime_dir = str(executor._runtime_dir)
+        runtime_dir = str(internals.runtime_dir(executor))
         assert (await executor.execute("marker = 1\n" + echo_code("before"))).text == "before"
         srt = psutil.Process(kernel_pid(executor))
         assert "srt" in " ".join(srt.cmdline())
@@ -240,8 +241,7 @@ async def test_kernel_wrapper_killed_mid_cell() -> None:
 
 
 def _current_kernel_alive(executor: CodeExecutor) -> bool:
-    assert executor._kernels is not None
-    return executor._kernels.kernel.alive
+    return internals.kernel(executor).alive
 
 
 async def test_memory_bomb_is_killed_at_the_limit_and_the_next_call_works(tmp_path: Path) -> None:
@@ -281,7 +281,7 @@ async def main() -> None:
     await generate_mcp_sources("nasty", server, workspace / "mcptools")
     executor = CodeExecutor(working_dir=workspace, sandbox=sandbox)
     await executor.start()
-    await executor._kernels.spare_ready()
+    await kernels(executor).spare_ready()
     code = "from mcptools.nasty import echo\\nprint(echo.run(echo.Params(message='up')))"
     assert (await executor.execute(code)).text == "up"
     servers = [
@@ -290,10 +290,10 @@ async def main() -> None:
         if "nasty_server.py" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
     ]
     started = {
-        "kernel": executor._kernels.kernel.pid,
-        "spare": (await executor._kernels._spare).pid,
+        "kernel": kernel_pid(executor),
+        "spare": (await kernels(executor)._spare).pid,
         "servers": servers,
-        "runtime_dir": str(executor._runtime_dir),
+        "runtime_dir": str(internals.runtime_dir(executor)),
     }
     print(json.dumps(started), flush=True)
     await asyncio.Event().wait()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from internals import kernels, runtime_dir
 from servers.launch import eventually
 
 from ipybox import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
@@ -83,14 +84,13 @@ async def test_soak_executions_and_tool_calls_leak_nothing(
     total = 0
     started = time.monotonic()
     async with CodeExecutor(working_dir=workspace.root) as executor:
-        assert executor._kernels is not None
         pid = kernel_pid(executor)
         assert (await executor.execute(echo_code("up") + "\ntotal = 0")).text == "up"
         baseline: Usage | None = None
         warm_at = started
         for i in range(n):
             if i == warmup:
-                await executor._kernels.spare_ready()
+                await kernels(executor).spare_ready()
                 baseline = Usage.of(executor)
                 warm_at = time.monotonic()
             total = await _cell(executor, i, total)
@@ -134,8 +134,9 @@ async def test_reset_and_kernel_death_churn_leaks_nothing(
     warmup = 2
     started = time.monotonic()
     async with CodeExecutor(working_dir=workspace.root) as executor:
-        assert executor._kernels is not None and executor._runtime_dir is not None
-        kernels_dir = executor._runtime_dir / "kernels"
+        runtime = runtime_dir(executor)
+        assert runtime is not None
+        kernels_dir = runtime / "kernels"
         baseline: Usage | None = None
         baseline_files: set[str] = set()
         pids: set[int] = set()
@@ -176,10 +177,9 @@ async def test_reset_and_kernel_death_churn_leaks_nothing(
 
 async def _settled(executor: CodeExecutor) -> Usage:
     """Usage once the spare is up and retired kernels are gone (kernel + spare + MCP server)."""
-    assert executor._kernels is not None
     assert (await executor.execute(echo_code("settle"))).text == "settle"
-    await executor._kernels.spare_ready()
-    assert await eventually(lambda: len(descendants()) == 3 and not executor._kernels._retired)  # type: ignore[union-attr]
+    await kernels(executor).spare_ready()
+    assert await eventually(lambda: len(descendants()) == 3 and not kernels(executor)._retired)
     return Usage.of(executor)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
+from internals import runtime_dir
 from servers.launch import nasty_params
 
 import ipybox
@@ -399,7 +400,7 @@ async def test_kernel_cannot_reach_other_kernels(
     attacker = CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False)
     first, second = (victim, attacker) if victim_started == "before" else (attacker, victim)
     async with first, second:
-        runtime = victim._runtime_dir
+        runtime = runtime_dir(victim)
         assert runtime is not None and list((runtime / "kernels").glob("*.json"))  # the target is there
         code = _REACH_OTHERS.format(victim=str(runtime), params=nasty_params(), patterns=_runtime_patterns())
         result = await probe(attacker, RUNTIME + code)
@@ -478,7 +479,7 @@ async def test_kernel_cannot_use_other_sandboxes_proxies(
                 sandbox=True, sandbox_config=config, working_dir=tmp_path, spare_kernel=False
             )
             async with later:
-                later_runtime = later._runtime_dir
+                later_runtime = runtime_dir(later)
                 assert later_runtime is not None
                 later_sockets = [str(p) for p in (later_runtime / "srt").glob("*.sock")]
                 assert later_sockets  # the later sandbox's proxy sockets exist on the host
@@ -756,7 +757,7 @@ async def test_kernel_cannot_start_unregistered_servers(
             requests.append(item)
             await item.reject()
         else:
-            text = item.text  # type: ignore[union-attr]
+            text = item.text
     assert requests == [], "an unregistered server reached the approval step"
     for reply in json.loads(text):
         assert reply["ok"] is False

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from internals import kernel_pid
 from servers.launch import FILESYSTEM
 
 from ipybox import CodeExecutionError, CodeExecutor, generate_mcp_sources
@@ -30,11 +31,11 @@ async def test_state_persists_across_executions(executor: CodeExecutor) -> None:
 
 async def test_timeout_interrupts_the_cell_and_keeps_state(executor: CodeExecutor) -> None:
     await run(executor, "x = 'kept'")
-    pid = executor._kernels.kernel.pid  # type: ignore[union-attr]
+    pid = kernel_pid(executor)
     with pytest.raises(TimeoutError, match="kept its state"):
         await executor.execute("import time\ntime.sleep(3600)", timeout=2)
     # interrupted over the control channel, not replaced: the same kernel, with its state
-    assert executor._kernels.kernel.pid == pid  # type: ignore[union-attr]
+    assert kernel_pid(executor) == pid
     assert await run(executor, "print(x)") == "kept"
 
 

@@ -6,7 +6,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import internals
 import pytest
+from internals import kernel_pid
 from servers.launch import chromium_dump_dom, require_cgroups, require_chromium
 
 from ipybox import CodeExecutionError, CodeExecutor, ResourceLimits
@@ -52,12 +54,11 @@ async def test_memory_limit_holds_for_a_sandboxed_kernel(workspace: Path) -> Non
     async with CodeExecutor(
         sandbox=True, working_dir=workspace, limits=limits, spare_kernel=False
     ) as executor:
-        assert executor._kernels is not None
-        cgroup = executor._kernels.kernel._cgroup
+        cgroup = internals.kernel(executor)._cgroup
         assert cgroup is not None
         # srt, its helpers and the kernel inside: the whole tree is in the kernel's cgroup
         procs = {int(pid) for path in cgroup.procs_files for pid in path.read_text().split()}
-        assert executor._kernels.kernel.pid in procs and len(procs) >= 3
+        assert kernel_pid(executor) in procs and len(procs) >= 3
         await run(executor, "import subprocess, sys\nkept = 1")
         text = await run(
             executor, "print(subprocess.run([sys.executable, '-c', 'x = bytearray(2 << 30)']).returncode)"

@@ -7,6 +7,7 @@ only), made once with uv under a cache directory (`IPYBOX_TEST_CACHE`, default
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -156,6 +157,21 @@ class GatewayProcess:
             self.kill()
             raise RuntimeError(f"{self.kind.name} {problem}:\n{log}")
         return self
+
+    def add_kernelspec(self, name: str, hide: tuple[str, ...]) -> str:
+        """A kernelspec `name` of the venv's Python in which the modules `hide` cannot be imported,
+        as in a kernel image that lacks them; returns `name`."""
+        blocked = "; ".join(f"sys.modules[{module!r}] = None" for module in hide)
+        launch = f"import sys; {blocked}; from ipykernel.kernelapp import launch_new_instance as run; run()"
+        spec = {
+            "argv": [str(self.venv / "bin" / "python"), "-c", launch, "-f", "{connection_file}"],
+            "display_name": name,
+            "language": "python",
+        }
+        directory = self._home / "data" / "kernels" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "kernel.json").write_text(json.dumps(spec))
+        return name
 
     def log(self) -> str:
         path = self._home / "gateway.log"

@@ -235,7 +235,8 @@ def chromium_dump_dom(url: str, profile: str) -> str:
 
 def require_cgroups() -> None:
     """Skip the calling test unless ipybox may create memory and pids cgroups here (fail it in CI)."""
-    from ipybox.kernel_mgr.limits import KernelCgroup, ResourceLimits
+    from ipybox.kernel_mgr.cgroup import KernelCgroup
+    from ipybox.kernel_mgr.limits import ResourceLimits
 
     cgroup = KernelCgroup.create(ResourceLimits(memory=1 << 30, processes=64))
     covered = set(cgroup.dirs) if cgroup is not None else set()

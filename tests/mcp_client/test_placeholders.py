@@ -16,18 +16,12 @@ from typing import Any
 import pytest
 from servers.attacker import Attacker
 from servers.launch import everything_params, nasty_params
+from tool_exec.conftest import requires_node
 
 from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutor, generate_mcp_sources
-from ipybox.mcp_connect import (
-    PlaceholderError,
-    Placeholders,
-    ServerParamsError,
-    resolve,
-    transport_of,
-)
+from ipybox.mcp_client.params import ServerParamsError, transport_of
+from ipybox.mcp_client.placeholders import PlaceholderError, Placeholders, resolve
 from ipybox.tool_exec import registry
-
-from .conftest import requires_node
 
 SECRET = "hunter2-host-secret-7c41"
 OTHER = "second-secret-value-9d03"

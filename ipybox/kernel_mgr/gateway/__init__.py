@@ -1,0 +1,34 @@
+"""Kernels on a Jupyter Kernel Gateway or Enterprise Gateway.
+
+- `config`: which gateway (URL, token, kernelspec) and the options that cannot go with one;
+- `kernel`: `GatewayKernel`, one remote kernel over the gateway's REST and websocket API;
+- `bootstrap` and `setup_cell`: the first cell each remote kernel runs (ipybox's kernel modules);
+- `mirror`: `DirectoryMirror`, the workspace's `mcptools/` kept in sync in each kernel;
+- `backend`: `GatewayBackend`, the `KernelBackend` that puts these together.
+"""
+
+from ipybox.kernel_mgr.gateway.backend import GatewayBackend
+from ipybox.kernel_mgr.gateway.config import (
+    GATEWAY_TOKEN_VAR,
+    GatewayConfig,
+    GatewayError,
+    gateway_option_problem,
+    resolve_gateway_url,
+)
+from ipybox.kernel_mgr.gateway.kernel import GatewayKernel, GatewayKernelLost
+from ipybox.kernel_mgr.gateway.mirror import DirectoryMirror
+from ipybox.kernel_mgr.gateway.setup_cell import KERNEL_MODULES, setup_code
+
+__all__ = [
+    "GATEWAY_TOKEN_VAR",
+    "KERNEL_MODULES",
+    "DirectoryMirror",
+    "GatewayBackend",
+    "GatewayConfig",
+    "GatewayError",
+    "GatewayKernel",
+    "GatewayKernelLost",
+    "gateway_option_problem",
+    "resolve_gateway_url",
+    "setup_code",
+]

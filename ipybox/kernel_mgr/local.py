@@ -1,0 +1,91 @@
+"""`LocalBackend`: kernels as local processes, optionally sandboxed and resource-limited."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ipybox.kernel_mgr import transfer
+from ipybox.kernel_mgr.backend import KernelLike, KernelSettings, ToolEndpoint, ToolListener
+from ipybox.kernel_mgr.in_kernel import WORKING_DIR_VAR
+from ipybox.kernel_mgr.kernel import Kernel, kernel_environment
+from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.kernel_mgr.runtime_dir import make_runtime_dir, remove_runtime_dir
+from ipybox.sandbox import (
+    check_sandbox,
+    import_paths,
+    release_sandbox,
+    sandbox_command,
+    sandboxed_environment,
+)
+from ipybox.tool_exec import registry
+from ipybox.tool_exec.client import ENDPOINT_VAR
+
+
+class LocalBackend:
+    """Kernels started here, in `working_dir`, with only the environment the executor gives.
+
+    Each runs in a subprocess driven over ipc sockets in a private runtime directory; with
+    `sandbox`, under `srt` (policy `sandbox_config`, default: ipybox's), where it may write only
+    the working directory and its part of the runtime directory. `limits` bound each kernel's tree.
+    They call tools over the tool server's unix socket, which files share with them.
+    """
+
+    def __init__(
+        self, sandbox: bool = False, sandbox_config: Path | None = None, limits: ResourceLimits | None = None
+    ) -> None:
+        self.sandbox = sandbox
+        self.sandbox_config = sandbox_config
+        self.limits = limits or ResourceLimits()
+        self.runtime_dir: Path | None = None
+        self._settings: KernelSettings | None = None
+
+    async def prepare(self, settings: KernelSettings, tool_port: int | None) -> ToolListener:
+        if self.sandbox:  # fail on a missing tool or a bad config before anything starts
+            check_sandbox(self.sandbox_config)
+        self._settings = settings
+        self.runtime_dir = make_runtime_dir()
+        (self.runtime_dir / "kernels").mkdir()  # the only part of it a sandboxed kernel may write
+        # modules on the kernel's PYTHONPATH: their servers were registered where they were written
+        module_dirs = tuple(registry.module_dirs(settings.env, settings.working_dir))
+        return ToolListener(self.runtime_dir / "tools.sock", tool_port, module_dirs)
+
+    def kernel_factory(self, endpoint: ToolEndpoint) -> Callable[[], KernelLike]:
+        settings, runtime_dir = self._settings, self.runtime_dir
+        assert settings is not None and runtime_dir is not None, "prepare() first"
+        kernels_dir = runtime_dir / "kernels"
+        env = kernel_environment(settings.kernel_env()) | {ENDPOINT_VAR: str(endpoint.path)}
+        if settings.restore_working_dir:
+            env[WORKING_DIR_VAR] = str(settings.working_dir)
+        prefix: list[str] = []
+        if self.sandbox:
+            prefix = sandbox_command(
+                self.sandbox_config,
+                runtime_dir / "sandbox.json",
+                kernels_dir,
+                settings.working_dir,
+                [settings.audit_log] if settings.audit_log is not None else [],
+                reachable=[endpoint.path],
+                readable=import_paths(settings.env),
+            )
+            env = sandboxed_environment(env, kernels_dir)  # temp, cache and IPython dirs in it
+        cwd, limits = settings.working_dir, self.limits
+        return lambda: Kernel(kernels_dir, cwd, env, prefix, limits)
+
+    async def upload(self, kernel: KernelLike, local: Path, remote: str) -> None:
+        workspace = self._workspace()
+        await transfer.copy_local(local, workspace / Path(remote).expanduser(), "target", workspace)
+
+    async def download(self, kernel: KernelLike, remote: str, local: Path) -> None:
+        workspace = self._workspace()
+        await transfer.copy_local(workspace / Path(remote).expanduser(), local, "source", workspace)
+
+    def _workspace(self) -> Path:
+        assert self._settings is not None, "prepare() first"
+        return self._settings.working_dir
+
+    async def close(self) -> None:
+        if self.runtime_dir is not None:
+            release_sandbox(self.runtime_dir)  # its kernels are gone: remove the placeholders
+        remove_runtime_dir(self.runtime_dir)
+        self.runtime_dir = None

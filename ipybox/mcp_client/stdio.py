@@ -1,0 +1,83 @@
+"""What a stdio MCP server gets besides its parameters' `env`, and what it said before it failed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import deque
+
+from ipybox.errors import IpyboxError
+
+
+class ServerStartError(IpyboxError, ConnectionError):
+    """A stdio MCP server failed before its session was ready; the message ends with its stderr."""
+
+
+#: Variables a stdio server gets from ipybox's environment besides the MCP SDK's minimal set
+#: (HOME, LOGNAME, PATH, SHELL, TERM, USER): where to find CA certificates and the proxy, without
+#: which a server behind a TLS-intercepting proxy cannot reach the network. Its params' `env` wins.
+PASSED_THROUGH = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+)
+
+
+def passed_through_env() -> dict[str, str]:
+    """The `PASSED_THROUGH` variables set in ipybox's environment."""
+    return {name: os.environ[name] for name in PASSED_THROUGH if name in os.environ}
+
+
+class StderrTail(contextlib.AbstractContextManager["StderrTail"]):
+    """Keeps the last lines a stdio server writes to stderr (`file`), to explain why it failed.
+
+    Read on the running event loop from a pipe, so a chatty server costs a bounded buffer; the
+    pipe is closed when the context ends.
+    """
+
+    def __init__(self, keep: int = 20) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._read, write = os.pipe()
+        os.set_blocking(self._read, False)
+        self.file = os.fdopen(write, "w")
+        self._keep = keep
+        self._tail: deque[bytes] = deque(maxlen=keep)
+        self._partial = b""
+        self._loop.add_reader(self._read, self._drain)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._read, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._loop.remove_reader(self._read)
+                return
+            *complete, self._partial = (self._partial + chunk).split(b"\n")
+            self._tail.extend(line for line in complete if line.strip())
+            self._partial = self._partial[-4096:]
+
+    def lines(self) -> str:
+        """What the server wrote last (up to `keep` lines), indented."""
+        self._drain()
+        last = [*self._tail, *([self._partial] if self._partial.strip() else [])][-self._keep :]
+        return "\n".join("  " + line.decode(errors="replace").rstrip() for line in last)
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.remove_reader(self._read)
+        os.close(self._read)
+        self.file.close()

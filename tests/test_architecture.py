@@ -1,0 +1,102 @@
+"""The shape the code keeps (issue 21's numbers): a small orchestrating `CodeExecutor`, backends
+behind one seam, short functions and no import cycles. Read from the source with `ast`."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ipybox
+
+PACKAGE = Path(ipybox.__file__).parent
+
+
+def _modules() -> dict[str, ast.Module]:
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        if "template" in rel.parts:
+            continue
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        modules[name] = ast.parse(path.read_text(), str(path))
+    return modules
+
+
+def _runtime_imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
+    """ipybox modules `name` imports when it is imported (not those under TYPE_CHECKING or in functions)."""
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ipybox"):
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in known else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("ipybox")}
+    return found - {name}
+
+
+def test_code_executor_only_orchestrates() -> None:
+    tree = _modules()["ipybox.code_exec"]
+    executor = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CodeExecutor")
+    assert executor.end_lineno is not None
+    assert executor.end_lineno - executor.lineno + 1 <= 260
+    internal = {
+        n.module for n in tree.body if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("ipybox")
+    }
+    assert len(internal) <= 6, sorted(internal)  # type: ignore[arg-type]
+
+
+def test_no_kernel_type_checks_outside_kernel_mgr() -> None:
+    kernel_types = {"Kernel", "GatewayKernel", "LocalBackend", "GatewayBackend"}
+    offenders = [
+        name
+        for name, tree in _modules().items()
+        if not name.startswith("ipybox.kernel_mgr")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "isinstance"
+        and any(isinstance(n, ast.Name) and n.id in kernel_types for n in ast.walk(node.args[1]))
+    ]
+    assert offenders == []
+
+
+def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines from the first statement after the signature and docstring to the end."""
+    body = node.body[1:] if ast.get_docstring(node) is not None and len(node.body) > 1 else node.body
+    return (node.end_lineno or 0) - body[0].lineno + 1
+
+
+def test_at_most_three_long_functions() -> None:
+    long = [
+        f"{name}.{node.name}"
+        for name, tree in _modules().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _body_lines(node) > 60
+    ]
+    assert len(long) <= 3, long
+
+
+def test_no_import_cycles() -> None:
+    modules = _modules()
+    graph = {
+        name: _runtime_imports(name, tree, set(modules)) & set(modules) for name, tree in modules.items()
+    }
+    # a package's __init__ importing its own submodules is how re-exports work, not a cycle
+    graph = {name: {m for m in deps if not m.startswith(name + ".")} for name, deps in graph.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append(path[path.index(dep) :] + [dep])
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
