@@ -40,7 +40,6 @@ class CellRun:
         principal: str,
         decide: Decider | None,
         audit: AuditLog | None,
-        auto_reason: str,
     ) -> None:
         self.id = secrets.token_urlsafe(18)
         self.principal = principal
@@ -50,7 +49,7 @@ class CellRun:
         self.kernel_notice = ""  # why the kernel is fresh, if it was stopped since its last use
         self.asking: dict[str, ApprovalRequest] = {}
         self.round = 0
-        self._decide, self._audit, self._auto_reason = decide, audit, auto_reason
+        self._decide, self._audit = decide, audit
         self._executor: CodeExecutor | None = None
         self._task = asyncio.create_task(self._drive(kernel, code, timeout))
 
