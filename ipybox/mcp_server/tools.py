@@ -131,6 +131,7 @@ class Tools:
             await run.answer(ctx.input_responses, f"user ({who}) through the client")
         else:
             run = self._start(code, ctx, who, kernel, timeout, max_output_chars)
+            await self.parked.abandon(who, kernel)
         return await self._follow(run, ctx, max_output_chars)
 
     def _start(
@@ -157,6 +158,7 @@ class Tools:
             code,
             timeout,
             principal=who,
+            kernel_name=kernel,
             decide=None if self.policy.mode == "auto" else self._decider(who, can_ask),
             audit=self._audit(who),
         )
