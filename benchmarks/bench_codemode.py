@@ -429,6 +429,33 @@ class Conversation:
         self.round_trips += 1
         self.added += sent + received
 
+    # The same tasks, each in a conversation of its own: each pays the set-up (the signature read)
+    # again, except registration, which a workspace keeps (paid once, in the first task).
+    setup: tuple[int, int] | None = None  # bytes added and round trips before the first task
+    registration: tuple[int, int] = (0, 0)  # the part of the set-up that registration is
+    alone_context: int = 0
+    alone_round_trips: int = 0
+    _mark: tuple[int, int] = (0, 0)
+
+    def registered(self) -> None:
+        self.registration = (self.added, self.round_trips)
+
+    def task_started(self) -> None:
+        if self.setup is None:
+            self.setup = (self.added, self.round_trips)
+        self._mark = (self.added, self.round_trips)
+
+    def task_done(self, correct: bool) -> None:
+        self.model_call()  # the answer
+        self.tasks += 1
+        self.correct += correct
+        assert self.setup is not None
+        once = 0 if self.tasks > 1 else 1
+        setup_bytes = self.setup[0] - self.registration[0] * (1 - once)
+        setup_trips = self.setup[1] - self.registration[1] * (1 - once)
+        self.alone_context += self.base + setup_bytes + self.added - self._mark[0]
+        self.alone_round_trips += setup_trips + self.round_trips - self._mark[1]
+
 
 def definitions(tools: Any) -> int:
     """Bytes of tool definitions as an LLM API gets them (name, description, input schema)."""
@@ -465,10 +492,9 @@ async def run_json(domain: str, items: list[Task], mode: str) -> Conversation:
             return result.structured_content
 
         for task in items:
+            convo.task_started()
             answer = await task.plan(call)
-            convo.model_call()  # the answer
-            convo.tasks += 1
-            convo.correct += same(answer, task.answer)
+            convo.task_done(same(answer, task.answer))
     convo.seconds = time.perf_counter() - started
     return convo
 
@@ -495,12 +521,12 @@ async def run_code(domain: str, items: list[Task], mode: str, workspace: Path) -
             return text
 
         await tool("register_mcp_server", {"server_name": domain, "server_params": params(domain)})
+        convo.registered()
         await tool("execute_ipython_cell", {"code": f"import mcptools.{domain} as s; print(s.__doc__)"})
         for task in items:
+            convo.task_started()
             output = await tool("execute_ipython_cell", {"code": task.code})
-            convo.model_call()  # the answer
-            convo.tasks += 1
-            convo.correct += same(output.strip().splitlines()[-1] if output.strip() else "", task.answer)
+            convo.task_done(same(output.strip().splitlines()[-1] if output.strip() else "", task.answer))
     convo.seconds = time.perf_counter() - started
     return convo
 
@@ -527,6 +553,8 @@ def _sum(convos: list[Conversation]) -> Conversation:
         total.correct += c.correct
         total.tasks += c.tasks
         total.seconds += c.seconds
+        total.alone_context += c.alone_context
+        total.alone_round_trips += c.alone_round_trips
     return total
 
 
@@ -546,6 +574,20 @@ def table(rows: list[Row]) -> str:
                 groups.append(
                     (f"**{label}**", mode, _sum([r.json for r in chosen]), _sum([r.code for r in chosen]))
                 )
+    alone = [
+        "",
+        "Each task in a conversation of its own (code mode reads the signatures every time and "
+        "registers once per workspace):",
+        "",
+        "| domain | era | context tokens JSON / code (x) | round trips JSON / code (x) |",
+        "|" + " --- |" * 4,
+    ]
+    for domain, mode, j, c in groups:
+        alone.append(
+            f"| {domain} | {mode} | {j.alone_context // 4:,} / {c.alone_context // 4:,} "
+            f"({c.alone_context / j.alone_context:.2f}) | {j.alone_round_trips} / {c.alone_round_trips} "
+            f"({c.alone_round_trips / j.alone_round_trips:.2f}) |"
+        )
     for domain, mode, j, c in groups:
         lines.append(
             f"| {domain} | {mode} | {j.tasks} | {j.correct} / {c.correct} | "
@@ -554,7 +596,7 @@ def table(rows: list[Row]) -> str:
             f"{j.round_trips} / {c.round_trips} ({c.round_trips / j.round_trips:.2f}) | "
             f"{j.seconds:.1f} / {c.seconds:.1f} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + alone)
 
 
 async def measure(quick: bool = False, modes: tuple[str, ...] = ("auto", "legacy")) -> list[Row]:

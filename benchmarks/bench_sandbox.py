@@ -7,7 +7,7 @@ Measures, in one run:
 2. round trip of `1+1`: `CodeExecutor.execute()` on a sandboxed and an unsandboxed executor,
    both started, alternating call by call so both see the same machine load (median of --n).
 
-Targets: execute <= 1.2x unsandboxed; start <= unsandboxed + 0.6 s (srt's own launch: its
+Targets: execute <= 1.1x unsandboxed; start <= unsandboxed + 0.4 s (srt's own launch: its
 node process, bubblewrap, the proxy bridges).
 
 Needs `srt` (node_modules/.bin is put on PATH), bubblewrap, socat and ripgrep.
@@ -28,8 +28,8 @@ from _common import CODE, environ, ms, node_bin_path, sandbox_unavailable
 
 from ipybox import CodeExecutor
 
-EXECUTE_TARGET = 1.2  # sandboxed / unsandboxed
-START_TARGET_S = 0.6  # sandboxed - unsandboxed
+EXECUTE_TARGET = 1.1  # sandboxed / unsandboxed
+START_TARGET_S = 0.4  # sandboxed - unsandboxed
 
 
 async def start_time(working_dir: Path, sandbox: bool) -> float:

@@ -361,13 +361,24 @@ def _protect_writable(
         standins |= {root / name: kind for name, kind in autorun.CREATION_BLOCKED.items()}
         if root == workspace:
             standins |= {root / ".env": "file", root / WORKSPACE_CONFIG: "file"}
+    user_denied = config.get("filesystem", {}).get("denyWrite", [])
+    standins |= {Path(os.path.expanduser(p)).absolute(): "file" for p in user_denied if not _globby(p)}
     standins |= {path: "file" for path in keep}
     for path, kind in standins.items():
         missing = _first_missing(path)
-        if missing is not None and any(missing.is_relative_to(r) for r in roots):
+        # never through a link (a kernel may have planted one in a writable dir)
+        if (
+            missing is not None
+            and any(missing.is_relative_to(r) for r in roots)
+            and os.path.realpath(missing.parent) == str(missing.parent)
+        ):
             placeholders.ensure(missing, kind if missing == path else "dir")
             found.append(missing)
     return [*found, *standins]
+
+
+def _globby(path: str) -> bool:
+    return any(c in path for c in "*?[]{}")
 
 
 def _first_missing(path: Path) -> Path | None:

@@ -74,17 +74,17 @@ class AuditLog:
             entry |= {"rule": rule, "variables": list(variables)}
         self._write(entry)
 
-    def decided(
-        self, *, server_name: str, tool_name: str, tool_args: dict[str, Any], decision: str, by: str
-    ) -> None:
-        """Record who or what decided a tool call (`by`: the user through the client, a rule, auto)."""
+    def decided(self, *, server_name: str, tool_name: str, decision: str, by: str) -> None:
+        """Record who or what decided a tool call (`by`: the user through the client, a rule, auto).
+
+        The call's own record (`record()`, written by the tool server) has its arguments, redacted.
+        """
         self._write(
             {
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "event": "approval",
                 "server": server_name,
                 "tool": tool_name,
-                "args": tool_args,
                 "decision": decision,
                 "by": by,
             }

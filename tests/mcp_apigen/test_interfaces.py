@@ -234,3 +234,26 @@ def test_generated_modules_import_exactly_what_they_use(tmp_path: Path) -> None:
         text=True,
     )
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize("planted", ["dangling", "to_file", "user_init"])
+async def test_the_workspace_init_is_never_written_through_a_link(tmp_path: Path, planted: str) -> None:
+    root = tmp_path / "mcptools"
+    root.mkdir()
+    outside = tmp_path / "outside.txt"
+    init = root / "__init__.py"
+    if planted == "dangling":
+        init.symlink_to(outside)
+    elif planted == "to_file":
+        outside.write_text("keep\n")
+        init.symlink_to(outside)
+    else:
+        init.write_text("# mine\n")
+    await generate_mcp_sources("clock", replay_params(TIME), root)
+    assert (root / "clock" / "__init__.py").exists()
+    if planted == "dangling":
+        assert not outside.exists()
+    elif planted == "to_file":
+        assert outside.read_text() == "keep\n"
+    else:
+        assert init.read_text() == "# mine\n"

@@ -81,10 +81,16 @@ async def test_audit_log_records_tool_calls_in_the_workspace(workspace: Path, st
         echoed = await box.output(code)
     assert secret in echoed  # the kernel did get it through the tools...
     log = workspace / ".ipybox" / "audit.jsonl"
-    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    entries = [e for e in records if "event" not in e]  # the calls; the approvals are events
     assert [(e["server"], e["tool"], e["decision"], e["outcome"]) for e in entries] == [
-        ("everything", "get-env", "auto", "ok"),
-        ("everything", "echo", "auto", "ok"),
+        ("everything", "get-env", "accepted", "ok"),
+        ("everything", "echo", "accepted", "ok"),
+    ]
+    approvals = [(e["tool"], e["decision"], e["by"]) for e in records if e.get("event") == "approval"]
+    assert approvals == [
+        (tool, "accepted", "read-only tool (readOnlyHint)")  # server-everything marks both so
+        for tool in ("get-env", "echo")
     ]
     assert "***" in json.dumps(entries[1]["args"])  # ...but the audit trail has it redacted
     assert secret not in log.read_text()

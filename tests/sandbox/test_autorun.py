@@ -11,7 +11,7 @@ import pytest
 from ipybox import CodeExecutor
 from ipybox.sandbox.autorun import CREATION_BLOCKED
 
-from .conftest import probe
+from .conftest import probe, sandbox_config, write_config
 
 pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(120)]
 
@@ -174,3 +174,18 @@ async def test_git_and_common_workloads_work_in_a_repository(workspace: Path) ->
     assert "hello.txt" in status.text
     assert (log.text or "").strip() == "1"
     assert "hello.txt" in _git(workspace, "status", "--short")  # git on the host works as before
+
+
+async def test_missing_paths_a_policy_denies_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
+    """A policy's own `denyWrite` entries get the same placeholders, and leave no trace."""
+    config = write_config(
+        tmp_path / "c.json",
+        sandbox_config(filesystem={"allowWrite": ["."], "denyWrite": ["docs/RELEASE.md"]}),
+    )
+    async with CodeExecutor(
+        sandbox=True, sandbox_config=config, working_dir=workspace, spare_kernel=True
+    ) as executor:
+        await executor.reset()
+        result = await probe(executor, TAMPER + "print(_json.dumps(tamper('docs/RELEASE.md')))")
+    assert not [o for o in result if o.startswith("ok")], result
+    assert not (workspace / "docs").exists()

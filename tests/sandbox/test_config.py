@@ -47,6 +47,10 @@ def test_kernel_policy_adds_what_ipybox_needs_and_forbids(
     assert str(tmp_path / "relative-state") in policy["filesystem"]["denyWrite"]
     assert "~/.ssh" in policy["filesystem"]["denyRead"]
     assert "~/.aws" not in policy["filesystem"]["denyRead"]  # only what exists is listed
+    # reads by allow-list: everything hidden but the system and the Python environment
+    assert policy["filesystem"]["denyRead"][0] == "/"
+    assert {"/usr", "/etc", sys.prefix, sys.base_prefix} <= set(policy["filesystem"]["allowRead"])
+    assert str(home) not in policy["filesystem"]["allowRead"]
     assert policy["network"]["allowAllUnixSockets"] is True
     # srt refuses a config without both lists; absent means "none".
     assert policy["network"]["allowedDomains"] == []
@@ -251,3 +255,28 @@ async def test_missing_bwrap_is_named_before_anything_starts(
     assert "socat" not in missing and "rg" not in missing and "srt" not in missing
     assert "apt-get install bubblewrap" in str(info.value)
     _no_trace(watch, private_tmp)
+
+
+def test_placeholders_are_shared_and_removed_by_their_last_holder(tmp_path: Path) -> None:
+    from ipybox.sandbox.placeholders import Placeholders, sweep
+
+    locks, workspace = tmp_path / "locks", tmp_path / "ws"
+    workspace.mkdir()
+    first, second = Placeholders(locks), Placeholders(locks)
+    first.ensure(workspace / ".git", "dir")
+    second.ensure(workspace / ".git", "dir")
+    second.ensure(workspace / ".mcp.json", "file")
+    assert (workspace / ".git").is_dir() and (workspace / ".mcp.json").is_file()
+    first.release()
+    assert (workspace / ".git").is_dir()  # the second executor still relies on it
+    (workspace / ".mcp.json").write_text("{}")  # the user wrote it meanwhile: it stays
+    second.release()
+    assert sorted(p.name for p in workspace.iterdir()) == [".mcp.json"]
+    assert not locks.exists()
+    # an executor killed outright: the next sweep removes what it left
+    killed = Placeholders(locks)
+    killed.ensure(workspace / ".claude", "dir")
+    for fd, _ in killed._held.values():
+        os.close(fd)
+    sweep(locks)
+    assert not (workspace / ".claude").exists()

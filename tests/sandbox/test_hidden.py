@@ -233,7 +233,10 @@ async def test_shared_memory_and_temp_files_of_others_are_hidden(workspace: Path
         async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
             result = await probe(
                 executor,
-                ROUTES + f"print(_json.dumps([routes(t) for t in {[str(shm), str(tmp), str(var_tmp)]!r}]))",
+                ROUTES
+                + f"out = [routes(t) for t in {[str(shm), str(tmp), str(var_tmp)]!r}]\n"
+                + "open('/dev/shm/own', 'w').write('x')  # its own /dev/shm works\n"
+                + "print(_json.dumps(out))",
             )
     finally:
         for path in (shm, tmp, var_tmp):

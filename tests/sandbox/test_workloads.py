@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import internals
@@ -70,3 +72,33 @@ async def test_memory_limit_holds_for_a_sandboxed_kernel(workspace: Path) -> Non
         assert await run(executor, "print('alive')") == "alive"
         dirs = [path for _, path in cgroup.dirs.values()]
     assert not any(path.exists() for path in dirs)
+
+
+async def test_numpy_and_matplotlib_work_without_warnings(executor: CodeExecutor, workspace: Path) -> None:
+    """The first plot writes matplotlib's cache into the kernel's private dir: no warning that
+    the config dir is not writable."""
+    text = await run(
+        executor,
+        "import numpy as np, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "plt.plot(np.arange(10) ** 2)\nplt.savefig('plot.png')\nimport tempfile\n"
+        "print(matplotlib.get_cachedir(), tempfile.gettempdir())",
+        timeout=90,
+    )
+    assert len(text.splitlines()) == 1, text  # no warning lines
+    cache, tmp = text.split()
+    assert "/kernels/" in cache and "/kernels/" in tmp  # the kernel's private dir
+    assert (workspace / "plot.png").stat().st_size > 1000
+
+
+async def test_pip_runs_as_on_the_host(executor: CodeExecutor) -> None:
+    """`!pip --version` and `!pip list` read the Python environment they belong to."""
+    pip = shutil.which("pip")
+    if pip is None:
+        pytest.skip("no pip on PATH")
+    assert await run(executor, f"!{pip} --version") == _version(pip)
+    listed = await run(executor, f"!{pip} list 2>&1 | head -3")
+    assert listed.startswith("Package"), listed
+
+
+def _version(program: str) -> str:
+    return subprocess.run([program, "--version"], capture_output=True, text=True, check=True).stdout.strip()
