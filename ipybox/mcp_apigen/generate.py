@@ -352,6 +352,7 @@ async def generate_mcp_sources(
     parts = _safe_fs.parts_below(root_dir, base)
     if parts is None:
         base, parts = root_dir, ()
+    base.mkdir(parents=True, exist_ok=True)  # a place the application chose
     with _safe_fs.opendir(base, parts, create=True) as root_fd:
         with contextlib.suppress(FileNotFoundError, NotADirectoryError, _safe_fs.UnsafePathError):
             with _safe_fs.subdir(root_fd, server_name, root_dir / server_name) as existing:

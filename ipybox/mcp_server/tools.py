@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import logging
 import warnings
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecuti
 from ipybox.mcp_apigen import generate_mcp_sources
 from ipybox.mcp_connect import PlaceholderError, placeholder_names
 from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
-from ipybox.mcp_server.cells import DONE, CellRun, ParkedRuns, events, pending_approvals
+from ipybox.mcp_server.cells import DONE, CellRun, Decider, ParkedRuns, events, pending_approvals
+from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool, check_kernel_name
 from ipybox.mcp_server.output import truncate
 from ipybox.tool_exec.approval.client import ApprovalRequest
@@ -58,15 +60,15 @@ class Tools:
     def __init__(
         self,
         kernels: KernelPool,
-        home: Any,
+        home: Homes,
         *,
         policy: ApprovalPolicy,
         allow_env: tuple[str, ...],
-        install: Any,
+        install: Callable[[str, str], Awaitable[str]],
         parked: ParkedRuns,
     ) -> None:
         self.kernels = kernels
-        self.home = home  # Homes: a principal's workspace and audit log
+        self.home = home
         self.policy = policy
         self.allow_env = allow_env
         self._install = install
@@ -128,6 +130,7 @@ class Tools:
             await run.answer(ctx.input_responses, f"user ({who}) through the client")
         else:
             run = self._start(code, ctx, who, kernel, timeout, max_output_chars)
+            await self.parked.abandon(who, kernel)
         return await self._follow(run, ctx, max_output_chars)
 
     def _start(
@@ -154,14 +157,14 @@ class Tools:
             code,
             timeout,
             principal=who,
+            kernel_name=kernel,
             decide=None if self.policy.mode == "auto" else self._decider(who, can_ask),
             audit=self._audit(who),
-            auto_reason="",
         )
         run.notice = notice
         return run
 
-    def _decider(self, who: str, can_ask: bool) -> Any:
+    def _decider(self, who: str, can_ask: bool) -> Decider:
         read_only = ReadOnlyTools(self.home.workspace(who))
 
         def decide(request: ApprovalRequest) -> Verdict:
@@ -230,7 +233,7 @@ class Tools:
 
     async def install_package(self, package_name: str, ctx: Context[Any, Any]) -> str:
         """pip-install a package for the kernel: "numpy>=1.26" or "git+https://..." (network allowed)."""
-        return str(await self._install(package_name, principal()))
+        return await self._install(package_name, principal())
 
     async def reset(self, ctx: Context[Any, Any], kernel: str = DEFAULT_KERNEL) -> str:
         """Clear a kernel's variables and imports (files and mcptools/ stay)."""

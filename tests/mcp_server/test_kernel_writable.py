@@ -17,7 +17,7 @@ import pytest
 from servers.launch import NODE_BIN, require_sandbox
 
 from ipybox import CodeExecutor
-from ipybox.mcp_server.server import Homes, ServerOptions, principal_dir
+from ipybox.mcp_server.homes import Homes, principal_dir
 from ipybox.tool_exec.audit import AuditLog
 
 from .conftest import EVERYTHING, Ipybox, images_of, open_ipybox, requires_node, text_of
@@ -218,7 +218,7 @@ def test_principal_directories_never_collide(tmp_path: Path) -> None:
     names = [unsafe, hashed, hashed.lstrip("_"), hashed[1:25], "Alice", "alice", "ALICE", "_alice", "a" * 65]
     dirs = [principal_dir(n) for n in names]
     assert len(set(dirs)) == len(names), dict(zip(names, dirs, strict=True))
-    homes = Homes(ServerOptions(workspace=tmp_path))
+    homes = Homes(tmp_path)
     paths = {homes.workspace(n) for n in names}
     assert len(paths) == len(names) and all(p.is_dir() and p.parent == tmp_path / "users" for p in paths)
     assert principal_dir("bob") == "bob"  # plain names keep their documented directory
@@ -230,5 +230,5 @@ def test_principal_directory_planted_as_a_link_is_refused(tmp_path: Path) -> Non
     (tmp_path / "ws" / "users").mkdir(parents=True)
     (tmp_path / "ws" / "users" / "bob").symlink_to(elsewhere)
     with pytest.raises(PermissionError, match="symbolic link"):
-        Homes(ServerOptions(workspace=tmp_path / "ws")).workspace("bob")
+        Homes(tmp_path / "ws").workspace("bob")
     assert not os.listdir(elsewhere)
