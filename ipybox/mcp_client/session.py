@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ipybox._programs import absolute_path
 from ipybox.mcp_client.params import transport_of
 from ipybox.mcp_client.placeholders import Placeholders, resolve
 from ipybox.mcp_client.stdio import ServerStartError, StderrTail, passed_through_env
@@ -18,6 +19,13 @@ if TYPE_CHECKING:
     from mcp.types import Tool
 
     from ipybox.mcp_client.repair import ToolReport
+
+
+def _server_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A stdio server's environment over the SDK's defaults; its `PATH` (given or ipybox's) keeps
+    only absolute entries, so neither its command nor the programs it runs resolve to a directory
+    relative to where it runs."""
+    return passed_through_env() | dict(env) | {"PATH": absolute_path(env.get("PATH"))}
 
 
 @contextlib.asynccontextmanager
@@ -58,7 +66,7 @@ async def open_session(
             server = StdioServerParameters(
                 command=resolved["command"],
                 args=resolved.get("args", []),
-                env=passed_through_env() | (resolved.get("env") or {}),
+                env=_server_env(resolved.get("env") or {}),
                 cwd=cwd,
             )
             stderr = stack.enter_context(StderrTail())
