@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import functools
 import os
@@ -31,6 +32,7 @@ import tempfile
 import termios
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -173,6 +175,58 @@ def _approve_cell_magics(shell: Any) -> None:
     manager.magics["cell"]["script"] = approved
 
 
+# --- executions ----------------------------------------------------------------------------------
+
+#: The execution (cell) that code runs on behalf of: set for each cell, copied into the asyncio
+#: tasks it creates; threads record it when started (see `_track_executions`).
+_execution: contextvars.ContextVar[str | None] = contextvars.ContextVar("ipybox_execution", default=None)
+#: The cell running now, if any.
+_running: str | None = None
+
+
+def execution_tags() -> dict[str, str | None]:
+    """Which execution the calling code belongs to, and which one is running now.
+
+    The tool server refuses a tool call or shell command whose execution has finished (a thread
+    or task a cell left behind), so an approval given to a later execution never covers it.
+    """
+    origin = _execution.get()
+    if origin is None:
+        origin = getattr(threading.current_thread(), "_ipybox_execution", None)
+    return {"execution": origin, "running": _running}
+
+
+def _track_executions(shell: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def pre_run_cell(*_: object) -> None:
+        global _running
+        kernel = getattr(shell, "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else {}
+        _running = str(parent.get("header", {}).get("msg_id") or uuid.uuid4().hex)
+        _execution.set(_running)
+
+    def post_run_cell(*_: object) -> None:
+        global _running
+        _running = None
+
+    start = threading.Thread.start
+
+    def tagged_start(self: threading.Thread) -> None:
+        self._ipybox_execution = execution_tags()["execution"]  # type: ignore[attr-defined]
+        start(self)
+
+    submit = ThreadPoolExecutor.submit
+
+    def tagged_submit(self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return submit(self, contextvars.copy_context().run, fn, *args, **kwargs)  # workers are reused
+
+    threading.Thread.start = tagged_start  # type: ignore[method-assign]
+    ThreadPoolExecutor.submit = tagged_submit  # type: ignore[method-assign,assignment]
+    shell.events.register("pre_run_cell", pre_run_cell)
+    shell.events.register("post_run_cell", post_run_cell)
+
+
 def _guard(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -282,6 +336,7 @@ def install(shell: Any) -> None:
     for name in ("FORCE_COLOR", "CLICOLOR_FORCE", "CLICOLOR"):
         os.environ.pop(name, None)
     shell.events.register("post_run_cell", drain_fd_output)
+    _track_executions(shell)
     with contextlib.suppress(OSError):  # a kernel without a writable temp dir keeps IPython's pip
         _pip_for_this_python(shell)
     if directory := os.environ.pop(WORKING_DIR_VAR, ""):

@@ -366,7 +366,12 @@ def _protect_writable(
     standins |= {path: "file" for path in keep}
     for path, kind in standins.items():
         missing = _first_missing(path)
-        if missing is not None and any(missing.is_relative_to(r) for r in roots):
+        # never through a link (a kernel may have planted one in a writable dir)
+        if (
+            missing is not None
+            and any(missing.is_relative_to(r) for r in roots)
+            and os.path.realpath(missing.parent) == str(missing.parent)
+        ):
             placeholders.ensure(missing, kind if missing == path else "dir")
             found.append(missing)
     return [*found, *standins]

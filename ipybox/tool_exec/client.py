@@ -163,6 +163,7 @@ class ToolRunner:
         __tracebackhide__ = True
         if self._token and not self._path:
             request = request | {"token": self._token}
+        request |= _execution_tags()
         _flush_pending_output()  # so output printed before the call is shown before its approval
         try:
             line = self._exchange(json.dumps(request).encode() + b"\n")
@@ -206,6 +207,12 @@ def _unwrap(encoded: dict[str, Any]) -> dict[str, Any] | str | None:
     if structured is not None:
         return structured  # type: ignore[no-any-return]
     return ToolOutput(encoded)
+
+
+def _execution_tags() -> dict[str, Any]:
+    """The caller's execution and the running one (in an ipybox kernel; else none)."""
+    in_kernel = sys.modules.get("ipybox.kernel_mgr.in_kernel")
+    return in_kernel.execution_tags() if in_kernel is not None else {}
 
 
 def _flush_pending_output() -> None:

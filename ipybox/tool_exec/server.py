@@ -86,7 +86,8 @@ class ToolServer:
         self.path = Path(path) if path else None
         self.approval = ApprovalChannel(approval_required, approval_timeout)
         self.approval_token = secrets.token_urlsafe(32)
-        self.audit = AuditLog(audit_log) if audit_log is not None else None
+        trusted = Path(workspace or Path.cwd())
+        self.audit = AuditLog(audit_log, trusted=trusted) if audit_log is not None else None
         self._servers = {name: dict(params) for name, params in (servers or {}).items()}
         self._pool = ConnectionPool(connect_timeout, call_timeout)
         self._listeners: list[asyncio.Server] = []
@@ -299,6 +300,9 @@ class ToolServer:
                     logger.warning("refused a TCP request (op %r) without the tool server's token", op)
                     await _send(writer, {"ok": False, "error": "refused: missing or wrong tool server token"})
                     return
+                if op in ("run", "shell") and (stale := self._finished_execution(request)):
+                    await _send(writer, {"ok": False, "error": stale, "rejected": True})
+                    continue
                 if op == "shell" and request.get("tool_name") in SHELL_KINDS:
                     call = asyncio.ensure_future(
                         self.approve_shell(str(request["tool_name"]), str(request.get("cmd", "")))
@@ -330,6 +334,34 @@ class ToolServer:
         finally:
             self._handlers.discard(task)
             writer.close()
+
+    def _finished_execution(self, request: dict[str, Any]) -> str | None:
+        """Why a request from an execution that has finished is refused; None for a current one.
+
+        Kernels tag each request with the execution (cell) the calling code belongs to and the
+        one running now. An approval belongs to its execution: a thread or task a cell left behind
+        never gets one given to (or granted automatically for) a later execution.
+        """
+        if "running" not in request or request.get("execution") == request.get("running"):
+            return None
+        server, tool = request.get("server_name", SHELL_SERVER), request.get("tool_name")
+        args = request.get("tool_args") if request.get("op") == "run" else {"cmd": request.get("cmd", "")}
+        what = f"Tool call {server}.{tool}" if request.get("op") == "run" else "Shell command"
+        error = (
+            f"{what} was refused: it comes from code that an earlier execution left running (a thread "
+            "or task), and an approval belongs to the execution that asks for it. Make the call in the "
+            "current cell, or wait for background work to finish before a cell ends."
+        )
+        self._audit(
+            server_name=server,
+            tool_name=tool,
+            tool_args=args if isinstance(args, dict) else {},
+            started=time.time(),
+            decision="refused",
+            outcome="error",
+            error=error,
+        )
+        return error
 
     def _token_ok(self, request: dict[str, Any]) -> bool:
         return hmac.compare_digest(str(request.get("token", "")).encode(), self.token.encode())
