@@ -49,6 +49,31 @@ threading.Thread(target=_swap, daemon=True).start()
 print("armed")
 """
 
+#: Also swap each image the moment ipybox closes it (inotify), to win the race with the reply.
+_ON_CLOSE = """
+import ctypes, struct
+os.makedirs("images", exist_ok=True)
+_libc = ctypes.CDLL(None, use_errno=True)
+_watch = _libc.inotify_init()
+_libc.inotify_add_watch(_watch, b"images", 0x8)  # IN_CLOSE_WRITE
+def _on_close():
+    while True:
+        events = os.read(_watch, 65536)
+        while events:
+            length = struct.unpack_from("iIII", events)[3]
+            name = events[16 : 16 + length].rstrip(b"\\0").decode()
+            events = events[16 + length :]
+            path, target = "images/" + name, SWAP["target"]
+            try:
+                os.unlink(path)
+                os.mkfifo(path) if target == "fifo" else os.symlink(target, path)
+                SWAPS[target] = SWAPS.get(target, 0) + 1
+            except OSError:
+                pass
+threading.Thread(target=_on_close, daemon=True).start()
+print("watching")
+"""
+
 
 #: A 1x1 PNG, made here and in the kernel by the same code.
 _PNG_SOURCE = """
@@ -87,8 +112,9 @@ async def test_images_come_from_memory_not_the_swapped_files(
     targets = _targets(tmp_path)
     async with open_ipybox(workspace, state_dir, args=["--sandbox"]) as box:
         assert await box.output(_SWAPPER) == "armed"
+        assert await box.output(_ON_CLOSE) == "watching"
         for variant, target in targets.items():
-            await box.output(f"SWAP.update(glob='images/*.png', target={target!r})")
+            await box.output(f"SWAP.update(target={target!r})")
             result = await box.run(_DISPLAY)
             assert not result.is_error, (variant, text_of(result), box.stderr())
             images = images_of(result)
