@@ -193,7 +193,7 @@ def kernel_policy(
     deny_read = fs.setdefault("denyRead", [])
     deny_read[:0] = ["/"]
     deny_read.extend(str(p) for p in hidden)
-    deny_read.extend([state, *_runtime_roots(), *reads.hidden_credentials()])
+    deny_read.extend([state, *_runtime_roots(), *reads.hidden_credentials(), *reads.hidden_system()])
     if workspace is not None:
         if any(c in str(workspace) for c in "*?[]{}!"):
             logger.warning("not hiding .env files below %s: its path has glob characters", workspace)
