@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from ipybox._programs import absolute_path
 from ipybox.errors import IpyboxError
 
 
@@ -31,13 +32,20 @@ async def open_stdio(
     server = StdioServerParameters(
         command=params["command"],
         args=params.get("args", []),
-        env=passed_through_env() | (params.get("env") or {}),
+        env=_server_env(params.get("env") or {}),
         cwd=cwd,
     )
     stderr = stack.enter_context(StderrTail())
     read, write = await stack.enter_async_context(stdio_client(server, errlog=stderr.file))
     stderr.file.close()  # the server holds its own copy; EOF comes when it exits
     return read, write, stderr
+
+
+def _server_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A stdio server's environment over the SDK's defaults; its `PATH` (given or ipybox's) keeps
+    only absolute entries, so neither its command nor the programs it runs resolve to a directory
+    relative to where it runs."""
+    return passed_through_env() | dict(env) | {"PATH": absolute_path(env.get("PATH"))}
 
 
 #: Variables a stdio server gets from ipybox's environment besides the MCP SDK's minimal set

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -9,10 +10,20 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
+from ipybox import _safe_fs
 from ipybox.mcp_server.kernels import LOCAL
 
 KERNEL_ENV_PREFIX = "KERNEL_ENV_"
-_SAFE_DIR = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: Names that are their principal's directory: lowercase, so no two meet on a case-insensitive disk.
+_SAFE_DIR = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+
+
+def principal_dir(principal: str) -> str:
+    """The directory name of a principal in WORKSPACE/users/: its name if `_SAFE_DIR` matches it,
+    else `_` and a hash of it (no matching name starts with `_`, so no two principals share one)."""
+    if _SAFE_DIR.fullmatch(principal):
+        return principal
+    return "_" + hashlib.sha256(principal.encode()).hexdigest()[:32]
 
 
 class Homes:
@@ -27,11 +38,14 @@ class Homes:
     def workspace(self, principal: str) -> Path:
         if principal == LOCAL or self._shared:
             return self.root
-        name = principal
-        if not _SAFE_DIR.fullmatch(name):
-            name = hashlib.sha256(principal.encode()).hexdigest()[:24]
+        name = principal_dir(principal)
         path = self.root / "users" / name
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # users/ may be in an earlier kernel's reach (a session without principals): no links
+        with _safe_fs.opendir(self.root, ("users",), create=True) as users:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=users)
+            with _safe_fs.subdir(users, name, path):
+                pass
         return path
 
     def audit_log(self, principal: str) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import inspect
@@ -94,7 +93,7 @@ class Tools:
                 server_name, server_params, root / "mcptools", workspace=root, allow_env=self.allow_env
             )
         except ValueError as e:  # bad name or parameters, or a refused ${VAR}: nothing was started
-            _audit_refusal(self.home.audit_log(who), server_name, server_params, e)
+            _audit_refusal(AuditLog(self.home.audit_log(who), trusted=root), server_name, server_params, e)
             raise ToolError(str(e)) from None
         except ConnectionError as e:
             raise ToolError(str(e)) from None
@@ -103,7 +102,7 @@ class Tools:
             with contextlib.suppress(Exception):
                 await executor.execute(_forget_modules(server_name), timeout=10)
         lines = [f"Generated {len(modules)} tool modules in mcptools/{server_name}/:"]
-        lines += [f"- {m}: {_summary(root / 'mcptools' / server_name / f'{m}.py')}" for m in modules]
+        lines += [f"- {m}: {_summary(modules.descriptions.get(m, ''))}" for m in modules]
         if modules.repaired:
             lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")
             lines += [f"- {name}: {what}" for name, what in modules.repaired.items()]
@@ -180,7 +179,7 @@ class Tools:
 
     def _audit(self, who: str) -> AuditLog | None:
         try:
-            return AuditLog(self.home.audit_log(who))
+            return AuditLog(self.home.audit_log(who), trusted=self.home.workspace(who))
         except OSError as e:
             logger.error("cannot open the audit log: %s", e)
             return None
@@ -253,7 +252,7 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str) ->
     prefix = f"{notice}\n" if notice else ""
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""
-        raise ToolError(prefix + truncate(f"{output}{outcome}", max_output_chars, spill))
+        raise ToolError(prefix + truncate(f"{output}{outcome}", max_output_chars, spill, trusted=workspace))
     if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
         raise ToolError(prefix + str(outcome))
     if isinstance(outcome, BaseException):
@@ -261,12 +260,13 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str) ->
     if outcome is None:
         raise ToolError(prefix + "The cell was interrupted.")
     assert isinstance(outcome, CodeExecutionResult)
-    text = truncate(outcome.text or "", max_output_chars, spill)
+    text = truncate(outcome.text or "", max_output_chars, spill, trusted=workspace)
     if outcome.images:
         text += "\n" if text else ""
         text += "\n".join(f"[image saved to {path}]" for path in outcome.images)
     content: Content = [TextContent(type="text", text=prefix + (text or "(no output)"))]
-    content += [Image(path=path).to_image_content() for path in outcome.images]
+    # the bytes ipybox saved, never the files: the kernel can swap those for links or fifos
+    content += [Image(data=png, format="png").to_image_content() for png in outcome._png]
     return content
 
 
@@ -293,18 +293,18 @@ async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) ->
         await ctx.log("info", text, logger_name="ipybox.output")
 
 
-def _audit_refusal(log: Path, server_name: str, server_params: Any, error: ValueError) -> None:
+def _audit_refusal(log: AuditLog, server_name: str, server_params: Any, error: ValueError) -> None:
     """Record a refused registration: the rule and the variables it names, never their values."""
     if isinstance(error, PlaceholderError):
         variables, rule = error.variables, error.rule
     else:
         variables, rule = sorted(placeholder_names(server_params)), "params"
     try:
-        AuditLog(log).refused_registration(
+        log.refused_registration(
             server_name=str(server_name), error=str(error), variables=variables, rule=rule
         )
     except OSError as e:
-        logger.error("cannot write the audit log %s: %s", log, e)
+        logger.error("cannot write the audit log %s: %s", log.path, e)
 
 
 def _forget_modules(server_name: str) -> str:
@@ -316,9 +316,8 @@ def _forget_modules(server_name: str) -> str:
     )
 
 
-def _summary(module: Path) -> str:
-    """The first line of a generated module's docstring (the tool's description)."""
-    with contextlib.suppress(OSError, SyntaxError):
-        doc = ast.get_docstring(ast.parse(module.read_text())) or ""
-        return doc.strip().splitlines()[0][:120] if doc.strip() else "(no description)"
-    return "(no description)"
+def _summary(description: str) -> str:
+    """The first line of a tool's description, as generated (never read back from mcptools/,
+    which code in the kernel can replace by a fifo or a link)."""
+    lines = description.strip().splitlines()
+    return lines[0].strip()[:120] if lines else "(no description)"

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from ipybox._programs import which
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def _git_dirs(dot_git: Path) -> list[Path]:
 def _git_config_paths(root: Path) -> list[Path]:
     """Files and directories under `root` that git's configuration (of the repository at
     `root` and the user's) names as something to include, run or take hooks from."""
-    git = shutil.which("git")
+    git = which("git")
     if git is None or not (root / ".git").exists():
         return []
     try:

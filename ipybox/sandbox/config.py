@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import site
 import stat
 import subprocess
@@ -17,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ipybox._programs import which
 from ipybox.errors import IpyboxError
 from ipybox.sandbox import autorun, reads
 from ipybox.sandbox.placeholders import Placeholders, sweep
@@ -229,13 +229,13 @@ def _absolute(config: dict[str, Any], workspace: Path) -> dict[str, Any]:
 def srt_executable(path: str | None = None) -> str:
     """Path of `srt`; raises `SandboxError` naming every missing tool the sandbox needs.
 
-    Tools are looked up on `path` (default: `PATH`).
+    Tools are looked up on the absolute entries of `path` (default: `PATH`).
     """
-    srt = os.environ.get("IPYBOX_SRT") or shutil.which("srt", path=path)
+    srt = os.environ.get("IPYBOX_SRT") or which("srt", path)
     missing = [] if srt else ["srt (npm install -g @anthropic-ai/sandbox-runtime@0.0.78)"]
     needed = {"Linux": ("bwrap", "socat", "rg"), "Darwin": ("rg",)}.get(platform.system(), ())
     packages = {"bwrap": "bubblewrap", "socat": "socat", "rg": "ripgrep"}
-    missing += [f"{tool} (package {packages[tool]})" for tool in needed if not shutil.which(tool, path=path)]
+    missing += [f"{tool} (package {packages[tool]})" for tool in needed if not which(tool, path)]
     if missing:
         raise SandboxError(
             "Sandboxing needs tools that are not installed: " + ", ".join(missing) + ". "
@@ -252,7 +252,7 @@ def sandbox_problem(path: str | None = None) -> str | None:
         srt_executable(path)
     except SandboxError as e:
         return str(e)
-    bwrap = shutil.which("bwrap", path=path)
+    bwrap = which("bwrap", path)
     if platform.system() != "Linux" or bwrap is None:
         return None
     probe = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -313,7 +313,7 @@ def sandbox_command(
     )
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
-    env = shutil.which("env") or "/usr/bin/env"
+    env = which("env") or "/usr/bin/env"
     in_dir = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"']
     return [*in_dir, str(runtime), env, f"TMPDIR={srt_tmp}", srt, "--settings", str(policy_file), "--"] + [
         *in_dir,
