@@ -25,6 +25,7 @@ from ipybox.errors import IpyboxError
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a planted fifo does not block
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CHUNK = 1 << 20
 
 
@@ -148,22 +149,47 @@ def open_regular(fd: int, name: str, path: Path) -> Iterator[BinaryIO]:
     except OSError as e:
         raise _refuse(path, e) from None
     try:
-        info = os.fstat(file)
-        if not stat.S_ISREG(info.st_mode):
-            raise UnsafePathError(
-                f"{path} is not a regular file (a fifo, socket or device); ipybox does not read it."
-            )
-        if info.st_nlink > 1:
-            raise UnsafePathError(
-                f"{path} has {info.st_nlink} hard links; ipybox does not read such files on the kernel's "
-                "side, as another name may be a file the kernel may not read. Copy it in the kernel first."
-            )
+        _check_regular(file, path, "read")
         os.set_blocking(file, True)
     except BaseException:
         os.close(file)
         raise
     with os.fdopen(file, "rb") as f:
         yield f
+
+
+def open_append(fd: int, name: str, path: Path) -> int:
+    """A descriptor appending to the regular file `name` in `fd` (made if missing), opened like
+    `open_regular` checks it: never through a link, never a fifo, device or hard-linked file."""
+    try:
+        file = os.open(name, _APPEND, 0o600, dir_fd=fd)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # a fifo nobody reads
+            raise UnsafePathError(
+                f"{path} is a fifo, not a regular file; ipybox does not write to it."
+            ) from None
+        raise _refuse(path, e) from None
+    try:
+        _check_regular(file, path, "write to")
+        os.set_blocking(file, True)
+    except BaseException:
+        os.close(file)
+        raise
+    return file
+
+
+def _check_regular(file: int, path: Path, verb: str) -> None:
+    info = os.fstat(file)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafePathError(
+            f"{path} is not a regular file (a fifo, socket or device); ipybox does not {verb} it."
+        )
+    if info.st_nlink > 1:
+        raise UnsafePathError(
+            f"{path} has {info.st_nlink} hard links; ipybox does not {verb} such files on the kernel's "
+            "side, as another name may be a file the kernel may not touch. Remove it (or copy it in "
+            "the kernel) first."
+        )
 
 
 def remove(fd: int, name: str) -> None:

@@ -271,7 +271,8 @@ class CodeExecutor:
                 kernels = self._require_kernels()
                 async for item in cell.run(kernels, self.tool_server.approval):
                     if isinstance(item, CellOutput):
-                        yield CodeExecutionResult(item.text, self._save_images(item.images))
+                        paths = self._save_images(item.images)
+                        yield CodeExecutionResult._saved(item.text, paths, item.images)
                     else:
                         yield item
         finally:

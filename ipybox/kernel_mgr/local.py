@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ipybox._host_imports import guard_workspace
 from ipybox.kernel_mgr import transfer
 from ipybox.kernel_mgr.backend import KernelLike, KernelSettings, ToolEndpoint, ToolListener
 from ipybox.kernel_mgr.in_kernel import WORKING_DIR_VAR
@@ -43,6 +44,7 @@ class LocalBackend:
     async def prepare(self, settings: KernelSettings, tool_port: int | None) -> ToolListener:
         if self.sandbox:  # fail on a missing tool or a bad config before anything starts
             check_sandbox(self.sandbox_config)
+            guard_workspace(settings.working_dir)  # what the kernel writes there never shadows our imports
         self._settings = settings
         self.runtime_dir = make_runtime_dir()
         (self.runtime_dir / "kernels").mkdir()  # the only part of it a sandboxed kernel may write

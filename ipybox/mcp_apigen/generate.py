@@ -78,7 +78,8 @@ class GeneratedModules(list[str]):
 
     `skipped` maps each tool that has no module to why: the server described it in a way that
     cannot be used, or no code could be generated for it. `repaired` maps each tool whose
-    malformed definition was read the only way it can be to what was assumed.
+    malformed definition was read the only way it can be to what was assumed. `descriptions`
+    maps each module to its tool's description (its docstring), as generated.
     """
 
     def __init__(
@@ -87,8 +88,10 @@ class GeneratedModules(list[str]):
         skipped: dict[str, str] | None = None,
         repaired: dict[str, str] | None = None,
         read_only: frozenset[str] = frozenset(),
+        descriptions: dict[str, str] | None = None,
     ) -> None:
         super().__init__(modules)
+        self.descriptions: dict[str, str] = descriptions or {}
         self.skipped: dict[str, str] = skipped or {}
         self.repaired: dict[str, str] = repaired or {}
         #: names of the tools annotated `readOnlyHint: true`
@@ -116,8 +119,13 @@ def tool_module_source(tool: ToolSpec) -> str:
     return source
 
 
+def _description(tool: ToolSpec) -> str:
+    """The docstring of a tool's module: the server's description, or a default."""
+    return (tool.description or "").strip() or f"Call the MCP tool {tool.name!r}."
+
+
 def _tool_module_source(tool: ToolSpec) -> str:
-    description = (tool.description or "").strip() or f"Call the MCP tool {tool.name!r}."
+    description = _description(tool)
     params = ModelWriter(tool.input_schema, reserved=_MODULE_NAMES)
     input_schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
     has_properties = bool(input_schema.get("properties"))
@@ -323,6 +331,7 @@ async def generate_mcp_sources(
 
     modules: dict[str, str] = {}
     signatures: dict[str, str] = {}
+    descriptions: dict[str, str] = {}
     names = UniqueNames({"__init__", "__main__"} | _PACKAGE_NAMES)
     for tool in tools:
         try:
@@ -333,6 +342,7 @@ async def generate_mcp_sources(
             continue
         module = names.claim(module_name(tool.name))
         modules[module] = source
+        descriptions[module] = _description(tool)
         signatures[module] = signature(module, tool.input_schema, tool.output_schema, tool.description)
 
     root_dir = Path(root_dir)
@@ -359,4 +369,4 @@ async def generate_mcp_sources(
     for directory in trusted_in:
         registry.register(server_name, server_params, directory)
     read_only = frozenset(t.name for t in tools if t.read_only)
-    return GeneratedModules(list(modules), report.skipped, report.repaired, read_only)
+    return GeneratedModules(list(modules), report.skipped, report.repaired, read_only, descriptions)

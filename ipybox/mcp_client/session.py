@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipybox.mcp_client.params import transport_of
 from ipybox.mcp_client.placeholders import Placeholders, resolve
-from ipybox.mcp_client.stdio import ServerStartError, StderrTail, passed_through_env
+from ipybox.mcp_client.stdio import ServerStartError, StderrTail, open_stdio
 from ipybox.upstream import mcp_http_client
 
 if TYPE_CHECKING:
@@ -35,9 +34,8 @@ async def open_session(
     Tools the SDK would reject are repaired or left out of every listing (see `ipybox.mcp_client.repair`),
     so one malformed tool does not cost the others; `report` records which and why.
     """
-    from mcp import ClientSession, StdioServerParameters
+    from mcp import ClientSession
     from mcp.client.sse import sse_client
-    from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
     from ipybox.mcp_client.repair import ToolRepair
@@ -50,20 +48,7 @@ async def open_session(
     stderr: StderrTail | None = None
     async with contextlib.AsyncExitStack() as stack:
         if kind == "stdio":
-            # never the current directory, which may be the kernel-writable workspace: a planted
-            # node_modules/, srv.py or .npmrc there would run with the server, on the host
-            cwd = resolved.get("cwd")
-            if not cwd:
-                cwd = stack.enter_context(tempfile.TemporaryDirectory(prefix="ipybox-mcp-"))
-            server = StdioServerParameters(
-                command=resolved["command"],
-                args=resolved.get("args", []),
-                env=passed_through_env() | (resolved.get("env") or {}),
-                cwd=cwd,
-            )
-            stderr = stack.enter_context(StderrTail())
-            read, write = await stack.enter_async_context(stdio_client(server, errlog=stderr.file))
-            stderr.file.close()  # the server holds its own copy; EOF comes when it exits
+            read, write, stderr = await open_stdio(stack, resolved)
         elif kind == "sse":
             read, write = await stack.enter_async_context(
                 sse_client(resolved["url"], headers=resolved.get("headers"))

@@ -5,13 +5,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
 from collections import deque
+from collections.abc import Mapping
+from typing import Any
 
+from ipybox._programs import absolute_path
 from ipybox.errors import IpyboxError
 
 
 class ServerStartError(IpyboxError, ConnectionError):
     """A stdio MCP server failed before its session was ready; the message ends with its stderr."""
+
+
+async def open_stdio(
+    stack: contextlib.AsyncExitStack, params: Mapping[str, Any]
+) -> tuple[Any, Any, StderrTail]:
+    """Start the stdio server of (resolved) `params` in `stack`: its read and write streams, and
+    the tail of what it writes to stderr."""
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    # never the current directory, which may be the kernel-writable workspace: a planted
+    # node_modules/, srv.py or .npmrc there would run with the server, on the host
+    cwd = params.get("cwd") or stack.enter_context(tempfile.TemporaryDirectory(prefix="ipybox-mcp-"))
+    server = StdioServerParameters(
+        command=params["command"],
+        args=params.get("args", []),
+        env=_server_env(params.get("env") or {}),
+        cwd=cwd,
+    )
+    stderr = stack.enter_context(StderrTail())
+    read, write = await stack.enter_async_context(stdio_client(server, errlog=stderr.file))
+    stderr.file.close()  # the server holds its own copy; EOF comes when it exits
+    return read, write, stderr
+
+
+def _server_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A stdio server's environment over the SDK's defaults; its `PATH` (given or ipybox's) keeps
+    only absolute entries, so neither its command nor the programs it runs resolve to a directory
+    relative to where it runs."""
+    return passed_through_env() | dict(env) | {"PATH": absolute_path(env.get("PATH"))}
 
 
 #: Variables a stdio server gets from ipybox's environment besides the MCP SDK's minimal set

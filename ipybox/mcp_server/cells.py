@@ -38,19 +38,19 @@ class CellRun:
         timeout: float,
         *,
         principal: str,
+        kernel_name: str,
         decide: Decider | None,
         audit: AuditLog | None,
-        auto_reason: str,
     ) -> None:
         self.id = secrets.token_urlsafe(18)
         self.principal = principal
+        self.kernel_name = kernel_name
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.outcome: CodeExecutionResult | BaseException | None = None
-        self.notice = ""  # for the reply of the round that follows the run next
         self.kernel_notice = ""  # why the kernel is fresh, if it was stopped since its last use
         self.asking: dict[str, ApprovalRequest] = {}
         self.round = 0
-        self._decide, self._audit, self._auto_reason = decide, audit, auto_reason
+        self._decide, self._audit = decide, audit
         self._executor: CodeExecutor | None = None
         self._task = asyncio.create_task(self._drive(kernel, code, timeout))
 
@@ -152,6 +152,17 @@ class ParkedRuns:
         del self._runs[run_id]
         self._expiry.pop(run_id).cancel()
         return run
+
+    async def abandon(self, principal: str, kernel_name: str) -> None:
+        """Interrupt the parked runs of a kernel: a new cell for it means its client moved on."""
+        for run_id, run in list(self._runs.items()):
+            if (run.principal, run.kernel_name) == (principal, kernel_name):
+                logger.info(
+                    "a new cell for kernel %r: interrupting the one waiting for approvals", kernel_name
+                )
+                del self._runs[run_id]
+                self._expiry.pop(run_id).cancel()
+                await run.cancel()
 
     def _expire(self, run_id: str, round_: int) -> None:
         run = self._runs.get(run_id)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from ipybox._programs import absolute_path, which
 from ipybox.errors import IpyboxError
 
 #: URL schemes a requirement may fetch from: remote sources only, never the file system.
@@ -114,14 +114,14 @@ def installer_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         "PIP_NO_INPUT": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PYTHONNOUSERSITE": "1",
-        "PATH": os.pathsep.join(p for p in env.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(p)),
+        "PATH": absolute_path(env.get("PATH", os.defpath)),
     }
     return env
 
 
 def _installer_argv(requirement: str, python: str, env: Mapping[str, str]) -> list[str]:
     """uv if present (environments made by uvx have no pip), else the interpreter's pip in isolated mode."""
-    uv = shutil.which("uv", path=env.get("PATH"))
+    uv = which("uv", env.get("PATH"))
     if uv:
         return [uv, "pip", "install", "--no-config", "--python", python, requirement]
     return [python, "-I", "-m", "pip", "install", "--no-input", requirement]

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import functools
 import logging
-import os
-import re
 import shlex
 import signal
 import threading
@@ -16,7 +14,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from dotenv import dotenv_values
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
@@ -28,14 +25,13 @@ from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.mcp_server import packages
 from ipybox.mcp_server.approval import ApprovalPolicy
 from ipybox.mcp_server.cells import ParkedRuns
+from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool
 from ipybox.mcp_server.tools import Tools
 
 logger = logging.getLogger(__name__)
 
-KERNEL_ENV_PREFIX = "KERNEL_ENV_"
 _LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-_SAFE_DIR = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 INSTRUCTIONS = """\
 register_mcp_server makes an MCP server's tools a Python API (mcptools/<server>/); call them
@@ -75,60 +71,17 @@ class ServerOptions:
     approval_ttl: float = 600
 
 
-class Homes:
-    """Each principal's workspace (the kernel's directory, its mcptools/, registered servers and
-    .env secrets) and audit log: WORKSPACE for the local principal, else WORKSPACE/users/<name>."""
-
-    def __init__(self, options: ServerOptions) -> None:
-        self.root = options.workspace
-        self._shared = options.shared_workspace
-        self._audit_log = options.audit_log
-
-    def workspace(self, principal: str) -> Path:
-        if principal == LOCAL or self._shared:
-            return self.root
-        name = principal
-        if not _SAFE_DIR.fullmatch(name):
-            name = hashlib.sha256(principal.encode()).hexdigest()[:24]
-        path = self.root / "users" / name
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return path
-
-    def audit_log(self, principal: str) -> Path:
-        return self._audit_log or self.workspace(principal) / ".ipybox" / "audit.jsonl"
-
-    def kernel_env(self, principal: str) -> dict[str, str]:
-        """`KERNEL_ENV_<NAME>` variables (environment and the workspace's `.env`) as `<NAME>`."""
-        values = {k: v for k, v in dotenv_values(self.workspace(principal) / ".env").items() if v is not None}
-        values |= os.environ
-        return {
-            k[len(KERNEL_ENV_PREFIX) :]: v for k, v in values.items() if k.startswith(KERNEL_ENV_PREFIX) and v
-        }
-
-
 def create_server(
     options: ServerOptions, *, token_verifier: TokenVerifier | None = None, auth: AuthSettings | None = None
 ) -> MCPServer[Any]:
     """Build the ipybox MCP server for a workspace (with `token_verifier` and `auth`: for principals)."""
-    homes = Homes(options)
+    homes = Homes(options.workspace, shared=options.shared_workspace, audit_log=options.audit_log)
     executor_options = options.executor
 
-    def new_executor(principal: str, name: str) -> CodeExecutor:
-        root = homes.workspace(principal)
-        kwargs = {f.name: getattr(executor_options, f.name) for f in fields(executor_options)}
-        if (principal, name) != (LOCAL, DEFAULT_KERNEL):  # a fixed port fits one tool server
-            kwargs["tool_server_port"] = None
-        return CodeExecutor(
-            **kwargs,
-            kernel_env=homes.kernel_env(principal),
-            images_dir=root / "images",
-            working_dir=root,
-            audit_log=homes.audit_log(principal),
-            log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
-        )
-
     kernels = KernelPool(
-        new_executor, idle_timeout=options.kernel_idle_timeout, max_kernels=options.max_kernels
+        functools.partial(_new_executor, homes, executor_options),
+        idle_timeout=options.kernel_idle_timeout,
+        max_kernels=options.max_kernels,
     )
     parked = ParkedRuns(options.approval_ttl)
 
@@ -167,6 +120,22 @@ def create_server(
     )
     tools.add_to(server)
     return server
+
+
+def _new_executor(homes: Homes, executor_options: ExecutorOptions, principal: str, name: str) -> CodeExecutor:
+    """The executor for a principal's named kernel."""
+    root = homes.workspace(principal)
+    kwargs = {f.name: getattr(executor_options, f.name) for f in fields(executor_options)}
+    if (principal, name) != (LOCAL, DEFAULT_KERNEL):  # a fixed port fits one tool server
+        kwargs["tool_server_port"] = None
+    return CodeExecutor(
+        **kwargs,
+        kernel_env=homes.kernel_env(principal),
+        images_dir=root / "images",
+        working_dir=root,
+        audit_log=homes.audit_log(principal),
+        log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
+    )
 
 
 async def _install(package_name: str, kernels: KernelPool, principal: str, on_gateway: bool) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import inspect
 import logging
 import warnings
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecuti
 from ipybox.mcp_apigen import generate_mcp_sources
 from ipybox.mcp_connect import PlaceholderError, placeholder_names
 from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
-from ipybox.mcp_server.cells import DONE, CellRun, ParkedRuns, events, pending_approvals
+from ipybox.mcp_server.cells import DONE, CellRun, Decider, ParkedRuns, events, pending_approvals
+from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool, check_kernel_name
 from ipybox.mcp_server.output import truncate
 from ipybox.tool_exec.approval.client import ApprovalRequest
@@ -59,20 +60,21 @@ class Tools:
     def __init__(
         self,
         kernels: KernelPool,
-        home: Any,
+        home: Homes,
         *,
         policy: ApprovalPolicy,
         allow_env: tuple[str, ...],
-        install: Any,
+        install: Callable[[str, str], Awaitable[str]],
         parked: ParkedRuns,
     ) -> None:
         self.kernels = kernels
-        self.home = home  # Homes: a principal's workspace and audit log
+        self.home = home
         self.policy = policy
         self.allow_env = allow_env
         self._install = install
         self.parked = parked
-        self._told_no_elicitation: set[str] = set()
+        self._told_no_elicitation: set[str] = set()  # principals whose reply said calls ran unasked
+        self._untold: set[str] = set()  # principals whose calls ran unasked, not yet told
 
     def add_to(self, server: MCPServer[Any]) -> None:
         for tool in (self.register_mcp_server, self.execute_ipython_cell, self.install_package, self.reset):
@@ -92,7 +94,7 @@ class Tools:
                 server_name, server_params, root / "mcptools", workspace=root, allow_env=self.allow_env
             )
         except ValueError as e:  # bad name or parameters, or a refused ${VAR}: nothing was started
-            _audit_refusal(self.home.audit_log(who), server_name, server_params, e)
+            _audit_refusal(AuditLog(self.home.audit_log(who), trusted=root), server_name, server_params, e)
             raise ToolError(str(e)) from None
         except ConnectionError as e:
             raise ToolError(str(e)) from None
@@ -101,7 +103,7 @@ class Tools:
             with contextlib.suppress(Exception):
                 await executor.execute(_forget_modules(server_name), timeout=10)
         lines = [f"Generated {len(modules)} tool modules in mcptools/{server_name}/:"]
-        lines += [f"- {m}: {_summary(root / 'mcptools' / server_name / f'{m}.py')}" for m in modules]
+        lines += [f"- {m}: {_summary(modules.descriptions.get(m, ''))}" for m in modules]
         if modules.repaired:
             lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")
             lines += [f"- {name}: {what}" for name, what in modules.repaired.items()]
@@ -129,6 +131,7 @@ class Tools:
             await run.answer(ctx.input_responses, f"user ({who}) through the client")
         else:
             run = self._start(code, ctx, who, kernel, timeout, max_output_chars)
+            await self.parked.abandon(who, kernel)
         return await self._follow(run, ctx, max_output_chars)
 
     def _start(
@@ -146,23 +149,17 @@ class Tools:
             raise ToolError(str(e)) from None
         capabilities = ctx.client_capabilities
         can_ask = capabilities is not None and capabilities.elicitation is not None
-        notice = ""
-        if not can_ask and self.policy.mode != "auto" and who not in self._told_no_elicitation:
-            self._told_no_elicitation.add(who)
-            notice = _NO_ELICITATION
-        run = CellRun(
+        return CellRun(
             self.kernels.use(who, kernel),
             code,
             timeout,
             principal=who,
+            kernel_name=kernel,
             decide=None if self.policy.mode == "auto" else self._decider(who, can_ask),
             audit=self._audit(who),
-            auto_reason="",
         )
-        run.notice = notice
-        return run
 
-    def _decider(self, who: str, can_ask: bool) -> Any:
+    def _decider(self, who: str, can_ask: bool) -> Decider:
         read_only = ReadOnlyTools(self.home.workspace(who))
 
         def decide(request: ApprovalRequest) -> Verdict:
@@ -170,6 +167,8 @@ class Tools:
                 request.server_name, request.tool_name, (request.server_name, request.tool_name) in read_only
             )
             if verdict.action == "ask" and not can_ask:
+                if who not in self._told_no_elicitation:
+                    self._untold.add(who)
                 return Verdict("allow", "auto: the client has no elicitation support")
             return verdict
 
@@ -177,7 +176,7 @@ class Tools:
 
     def _audit(self, who: str) -> AuditLog | None:
         try:
-            return AuditLog(self.home.audit_log(who))
+            return AuditLog(self.home.audit_log(who), trusted=self.home.workspace(who))
         except OSError as e:
             logger.error("cannot open the audit log: %s", e)
             return None
@@ -188,7 +187,6 @@ class Tools:
         """Relay the run's output as progress until it ends or needs the user's answers."""
         version = ctx.protocol_version
         modern = version is not None and is_version_at_least(version, _INPUT_REQUIRED_VERSION)
-        notice, run.notice = run.notice, ""
         progress = streamed = 0
         parked = False
         try:
@@ -216,8 +214,17 @@ class Tools:
         finally:
             if not parked:
                 await run.cancel()  # a client that cancels or goes away interrupts the cell
-        notice = "\n".join(n for n in (notice, run.kernel_notice) if n)
+        notice = "\n".join(n for n in (self._no_elicitation_notice(run.principal), run.kernel_notice) if n)
         return _reply(run, self.home.workspace(run.principal), max_output_chars, notice)
+
+    def _no_elicitation_notice(self, who: str) -> str:
+        """Said once, in the reply of the first cell whose tool call ran without asking the user
+        (the client cannot ask); cells that call no such tool stay free of it."""
+        if who not in self._untold:
+            return ""
+        self._untold.discard(who)
+        self._told_no_elicitation.add(who)
+        return _NO_ELICITATION
 
     async def _ask(self, ctx: Context[Any, Any], run: CellRun, request: ApprovalRequest) -> None:
         message = describe_call(request.server_name, request.tool_name, request.tool_args)
@@ -231,7 +238,7 @@ class Tools:
 
     async def install_package(self, package_name: str, ctx: Context[Any, Any]) -> str:
         """pip-install a package for the kernel: "numpy>=1.26" or "git+https://..." (network allowed)."""
-        return str(await self._install(package_name, principal()))
+        return await self._install(package_name, principal())
 
     async def reset(self, ctx: Context[Any, Any], kernel: str = DEFAULT_KERNEL) -> str:
         """Clear a kernel's variables and imports (files and mcptools/ stay)."""
@@ -250,7 +257,7 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str) ->
     prefix = f"{notice}\n" if notice else ""
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""
-        raise ToolError(prefix + truncate(f"{output}{outcome}", max_output_chars, spill))
+        raise ToolError(prefix + truncate(f"{output}{outcome}", max_output_chars, spill, trusted=workspace))
     if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
         raise ToolError(prefix + str(outcome))
     if isinstance(outcome, BaseException):
@@ -258,12 +265,13 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str) ->
     if outcome is None:
         raise ToolError(prefix + "The cell was interrupted.")
     assert isinstance(outcome, CodeExecutionResult)
-    text = truncate(outcome.text or "", max_output_chars, spill)
+    text = truncate(outcome.text or "", max_output_chars, spill, trusted=workspace)
     if outcome.images:
         text += "\n" if text else ""
         text += "\n".join(f"[image saved to {path}]" for path in outcome.images)
     content: Content = [TextContent(type="text", text=prefix + (text or "(no output)"))]
-    content += [Image(path=path).to_image_content() for path in outcome.images]
+    # the bytes ipybox saved, never the files: the kernel can swap those for links or fifos
+    content += [Image(data=png, format="png").to_image_content() for png in outcome._png]
     return content
 
 
@@ -290,18 +298,18 @@ async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) ->
         await ctx.log("info", text, logger_name="ipybox.output")
 
 
-def _audit_refusal(log: Path, server_name: str, server_params: Any, error: ValueError) -> None:
+def _audit_refusal(log: AuditLog, server_name: str, server_params: Any, error: ValueError) -> None:
     """Record a refused registration: the rule and the variables it names, never their values."""
     if isinstance(error, PlaceholderError):
         variables, rule = error.variables, error.rule
     else:
         variables, rule = sorted(placeholder_names(server_params)), "params"
     try:
-        AuditLog(log).refused_registration(
+        log.refused_registration(
             server_name=str(server_name), error=str(error), variables=variables, rule=rule
         )
     except OSError as e:
-        logger.error("cannot write the audit log %s: %s", log, e)
+        logger.error("cannot write the audit log %s: %s", log.path, e)
 
 
 def _forget_modules(server_name: str) -> str:
@@ -313,9 +321,8 @@ def _forget_modules(server_name: str) -> str:
     )
 
 
-def _summary(module: Path) -> str:
-    """The first line of a generated module's docstring (the tool's description)."""
-    with contextlib.suppress(OSError, SyntaxError):
-        doc = ast.get_docstring(ast.parse(module.read_text())) or ""
-        return doc.strip().splitlines()[0][:120] if doc.strip() else "(no description)"
-    return "(no description)"
+def _summary(description: str) -> str:
+    """The first line of a tool's description, as generated (never read back from mcptools/,
+    which code in the kernel can replace by a fifo or a link)."""
+    lines = description.strip().splitlines()
+    return lines[0].strip()[:120] if lines else "(no description)"

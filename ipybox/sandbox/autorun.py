@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from ipybox._programs import which
 
 logger = logging.getLogger(__name__)
 
@@ -27,10 +28,24 @@ AUTORUN_NAMES = (".git", ".vscode", ".idea", ".claude", ".mcp.json", ".envrc", "
 #: Names whose creation at the top of a writable directory is blocked, with the kind of
 #: placeholder that stands in for them while a sandbox runs: "dir" (git, finding an empty
 #: `.git` directory, looks further up as if it were not there) or "file".
+#: `HEAD`: git's discovery takes a directory with a `HEAD` naming a ref, `objects/` and `refs/`
+#: for a (bare) git directory, config and all; an empty `HEAD` names none, so git looks
+#: further up, and the kernel's `config` (`core.fsmonitor`) next to it is never read.
 #: `.envrc` and `.pre-commit-config.yaml` are left out: direnv runs a new `.envrc` only once
 #: the user approves it, pre-commit runs only when the user installed it (and its config
 #: then exists).
-CREATION_BLOCKED = {".git": "dir", ".vscode": "dir", ".idea": "dir", ".claude": "dir", ".mcp.json": "file"}
+CREATION_BLOCKED = {
+    ".git": "dir",
+    "HEAD": "file",
+    ".vscode": "dir",
+    ".idea": "dir",
+    ".claude": "dir",
+    ".mcp.json": "file",
+}
+
+#: What git reads and runs from a git directory: protected at the top of a writable directory
+#: that is one (a bare repository as workspace); a git directory below it is protected whole.
+GIT_DIR_NAMES = ("config", "config.worktree", "commondir", "hooks", "info", "worktrees", "modules")
 
 #: Shell and tool start-up files in the user's home, protected (with placeholders where
 #: missing) if a policy makes the home directory writable.
@@ -61,6 +76,8 @@ def protected_paths(root: Path) -> list[Path]:
     """The auto-run paths that exist in the writable directory `root`, plus what git's
     configuration there names (a `.git` file's git dir, commondir, hooks path, scripts)."""
     found: list[Path] = []
+    if is_git_dir(root):
+        found += [root / name for name in GIT_DIR_NAMES]
     for path in _scan(root, SCAN_DEPTH):
         found.append(path)
         if path.name == ".git":
@@ -79,7 +96,23 @@ def _scan(root: Path, depth: int) -> Iterator[Path]:
         if entry.name in AUTORUN_NAMES:
             yield Path(entry.path)
         elif depth > 1 and entry.name not in _SKIP and entry.is_dir(follow_symlinks=False):
-            yield from _scan(Path(entry.path), depth - 1)
+            if is_git_dir(Path(entry.path)):
+                yield Path(entry.path)  # a bare repository: protected like a `.git`
+            else:
+                yield from _scan(Path(entry.path), depth - 1)
+
+
+def is_git_dir(path: Path) -> bool:
+    """Whether git's discovery may take `path` itself for a git directory: it holds a
+    non-empty `HEAD` file (git then checks that it names a ref) and `objects/` and `refs/`
+    (or a `commondir` pointing to them)."""
+    head = path / "HEAD"
+    try:
+        if head.is_symlink() or not head.is_file() or head.stat().st_size == 0:
+            return False
+    except OSError:
+        return False
+    return (path / "commondir").exists() or ((path / "objects").is_dir() and (path / "refs").is_dir())
 
 
 def _git_dirs(dot_git: Path) -> list[Path]:
@@ -106,7 +139,7 @@ def _git_dirs(dot_git: Path) -> list[Path]:
 def _git_config_paths(root: Path) -> list[Path]:
     """Files and directories under `root` that git's configuration (of the repository at
     `root` and the user's) names as something to include, run or take hooks from."""
-    git = shutil.which("git")
+    git = which("git")
     if git is None or not (root / ".git").exists():
         return []
     try:

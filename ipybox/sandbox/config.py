@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import site
 import stat
 import subprocess
@@ -17,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ipybox._programs import which
 from ipybox.errors import IpyboxError
 from ipybox.sandbox import autorun, reads
 from ipybox.sandbox.placeholders import Placeholders, sweep
@@ -193,12 +193,14 @@ def kernel_policy(
     deny_read = fs.setdefault("denyRead", [])
     deny_read[:0] = ["/"]
     deny_read.extend(str(p) for p in hidden)
-    deny_read.extend([state, *_runtime_roots(), *reads.hidden_credentials()])
-    if workspace is not None:
-        if any(c in str(workspace) for c in "*?[]{}!"):
-            logger.warning("not hiding .env files below %s: its path has glob characters", workspace)
-        else:
-            deny_read.extend(f"{workspace}/{pattern}" for pattern in _DOTENV_GLOBS)
+    deny_read.extend([state, *_runtime_roots(), *reads.hidden_credentials(), *reads.hidden_system()])
+    # the workspace's and those in packages of editable installs (often the project's root)
+    folders: list[Path | str] = [*([] if workspace is None else [workspace]), *reads.editable_packages()]
+    for folder in folders:
+        if any(c in str(folder) for c in "*?[]{}!"):
+            logger.warning("not hiding .env files below %s: its path has glob characters", folder)
+        elif os.path.isdir(folder):
+            deny_read.extend(f"{folder}/{pattern}" for pattern in _DOTENV_GLOBS)
     allow_read = fs.setdefault("allowRead", [])
     allow_read.extend(str(p) for p in [*reachable, *reads.readable(str(p) for p in readable)])
     if workspace is not None:
@@ -227,13 +229,13 @@ def _absolute(config: dict[str, Any], workspace: Path) -> dict[str, Any]:
 def srt_executable(path: str | None = None) -> str:
     """Path of `srt`; raises `SandboxError` naming every missing tool the sandbox needs.
 
-    Tools are looked up on `path` (default: `PATH`).
+    Tools are looked up on the absolute entries of `path` (default: `PATH`).
     """
-    srt = os.environ.get("IPYBOX_SRT") or shutil.which("srt", path=path)
+    srt = os.environ.get("IPYBOX_SRT") or which("srt", path)
     missing = [] if srt else ["srt (npm install -g @anthropic-ai/sandbox-runtime@0.0.78)"]
     needed = {"Linux": ("bwrap", "socat", "rg"), "Darwin": ("rg",)}.get(platform.system(), ())
     packages = {"bwrap": "bubblewrap", "socat": "socat", "rg": "ripgrep"}
-    missing += [f"{tool} (package {packages[tool]})" for tool in needed if not shutil.which(tool, path=path)]
+    missing += [f"{tool} (package {packages[tool]})" for tool in needed if not which(tool, path)]
     if missing:
         raise SandboxError(
             "Sandboxing needs tools that are not installed: " + ", ".join(missing) + ". "
@@ -250,7 +252,7 @@ def sandbox_problem(path: str | None = None) -> str | None:
         srt_executable(path)
     except SandboxError as e:
         return str(e)
-    bwrap = shutil.which("bwrap", path=path)
+    bwrap = which("bwrap", path)
     if platform.system() != "Linux" or bwrap is None:
         return None
     probe = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -311,7 +313,7 @@ def sandbox_command(
     )
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
-    env = shutil.which("env") or "/usr/bin/env"
+    env = which("env") or "/usr/bin/env"
     in_dir = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"']
     return [*in_dir, str(runtime), env, f"TMPDIR={srt_tmp}", srt, "--settings", str(policy_file), "--"] + [
         *in_dir,
@@ -366,7 +368,12 @@ def _protect_writable(
     standins |= {path: "file" for path in keep}
     for path, kind in standins.items():
         missing = _first_missing(path)
-        if missing is not None and any(missing.is_relative_to(r) for r in roots):
+        # never through a link (a kernel may have planted one in a writable dir)
+        if (
+            missing is not None
+            and any(missing.is_relative_to(r) for r in roots)
+            and os.path.realpath(missing.parent) == str(missing.parent)
+        ):
             placeholders.ensure(missing, kind if missing == path else "dir")
             found.append(missing)
     return [*found, *standins]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -10,7 +11,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ipybox import _safe_fs
 from ipybox.mcp_client.placeholders import redact
+
+logger = logging.getLogger(__name__)
 
 _MAX_FIELD = 2000
 
@@ -20,11 +24,17 @@ class AuditLog:
 
     Values of secrets (whatever `${VAR}` placeholders resolved to) are replaced by `***`
     wherever they would appear in a record.
+
+    Below `trusted` (the kernel's working directory, which its code can write) the log's
+    directories are walked and the file opened without following links, and only a regular
+    file with no other hard link is written: else code from an earlier session could have
+    planted a link that makes ipybox append to some other file. Such a record is not written;
+    the error is logged, naming the path.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, trusted: Path | None = None) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._trusted = trusted
         self._lock = threading.Lock()
         self._secrets: set[str] = set()
 
@@ -110,8 +120,25 @@ class AuditLog:
     def _write(self, entry: dict[str, Any]) -> None:
         line = json.dumps(self._redact(entry), default=str) + "\n"
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                fd = self._open()
+            except _safe_fs.UnsafePathError as e:
+                logger.error("not writing the audit log %s: %s", self.path, e)
+                return
             try:
                 os.write(fd, line.encode())
             finally:
                 os.close(fd)
+
+    def _open(self) -> int:
+        trusted = self._trusted
+        bases = (trusted, trusted.resolve()) if trusted is not None else ()
+        for base in bases:
+            parts = _safe_fs.parts_below(self.path, base)
+            if parts:
+                break
+        else:  # a place the application chose: only the file itself is not followed
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            base, parts = self.path.parent, (self.path.name,)
+        with _safe_fs.opendir(base, parts[:-1], create=True) as fd:
+            return _safe_fs.open_append(fd, parts[-1], self.path)

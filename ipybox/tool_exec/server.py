@@ -86,7 +86,8 @@ class ToolServer:
         self.path = Path(path) if path else None
         self.approval = ApprovalChannel(approval_required, approval_timeout)
         self.approval_token = secrets.token_urlsafe(32)
-        self.audit = AuditLog(audit_log) if audit_log is not None else None
+        trusted = Path(workspace or Path.cwd())
+        self.audit = AuditLog(audit_log, trusted=trusted) if audit_log is not None else None
         self._servers = {name: dict(params) for name, params in (servers or {}).items()}
         self._pool = ConnectionPool(connect_timeout, call_timeout)
         self._listeners: list[asyncio.Server] = []

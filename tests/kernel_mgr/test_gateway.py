@@ -434,3 +434,22 @@ def test_sdk_and_cli_refuse_local_options_for_a_gateway_in_the_same_words(
     assert done.returncode != 0
     problem = done.stderr.strip().splitlines()[-1].removeprefix("ipybox: ")
     assert str(refused.value).lower() == problem.lower() and "local kernels" in problem
+
+
+def test_the_modules_sent_to_remote_kernels_import_only_each_other() -> None:
+    """A kernel on a gateway has no ipybox: what the sent modules import of ipybox must be sent too."""
+    import ast
+
+    import ipybox
+    from ipybox.kernel_mgr.gateway import KERNEL_MODULES
+
+    package = Path(ipybox.__file__).parent
+    imported: set[str] = set()
+    for rel in KERNEL_MODULES:
+        for node in ast.walk(ast.parse((package / rel).read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ipybox."):
+                imported.add(node.module or "")
+            elif isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names if a.name.startswith("ipybox.")}
+    needed = {name.removeprefix("ipybox.").replace(".", "/") + ".py" for name in imported}
+    assert needed <= set(KERNEL_MODULES), sorted(needed - set(KERNEL_MODULES))

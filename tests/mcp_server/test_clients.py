@@ -19,7 +19,7 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
+from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult, InputRequiredResult
 from servers.launch import REPO
 
 from .conftest import start_http_ipybox, text_of
@@ -190,6 +190,7 @@ async def test_client_without_elicitation_runs_calls_and_is_told(team: Team, tmp
     notes = tmp_path / "notes.txt"
     params = {"command": sys.executable, "args": [str(NOTES_SERVER)], "env": {"NOTES_FILE": str(notes)}}
     async with connect(team.url, TOKENS["bob"], "auto") as bob:
+        plain = await output(bob, "print('no tool call')")  # nothing ran unasked: nothing to tell
         registered = await bob.call_tool(
             "register_mcp_server", {"server_name": "mute", "server_params": params}
         )
@@ -198,8 +199,28 @@ async def test_client_without_elicitation_runs_calls_and_is_told(team: Team, tmp
             bob, "from mcptools.mute import add_note\nprint(add_note.run(add_note.Params(text='n')).result)"
         )
         second = await output(bob, "print(add_note.run(add_note.Params(text='m')).result)")
+    assert plain == "no tool call"
     assert "no elicitation support" in first and first.endswith("added")
     assert second == "added"  # said once
     assert notes.read_text() == "n\nm\n"
     audit = (team.workspace / "users" / "bob" / ".ipybox" / "audit.jsonl").read_text()
     assert "no elicitation support" in audit
+
+
+async def test_unanswered_approval_gives_way_to_the_next_cell(team: Team, tmp_path: Path) -> None:
+    """A 2026-07-28 client that never answers leaves the cell paused; its next cell on that kernel
+    interrupts the paused one instead of waiting behind it, and the unanswered call never runs."""
+    notes = tmp_path / "notes.txt"
+    params = {"command": sys.executable, "args": [str(NOTES_SERVER)], "env": {"NOTES_FILE": str(notes)}}
+    async with connect(team.url, TOKENS["alice"], "auto", User()) as alice:
+        registered = await alice.call_tool(
+            "register_mcp_server", {"server_name": "later", "server_params": params}
+        )
+        assert not registered.is_error, text_of(registered)
+        code = "from mcptools.later import add_note\nadd_note.run(add_note.Params(text='never'))"
+        first = await alice.session.call_tool(
+            "execute_ipython_cell", {"code": code, "kernel": "paused"}, allow_input_required=True
+        )
+        assert isinstance(first, InputRequiredResult) and len(first.input_requests) == 1
+        assert await output(alice, "print('next')", kernel="paused") == "next"
+    assert not notes.exists()

@@ -48,11 +48,13 @@ async def test_rules_file_allows_asks_and_denies(
         '[[rule]]\nserver = "trusted"\naction = "allow"\n\n'
         '[[rule]]\nserver = "notes"\ntool = "add_*"\naction = "deny"\n\n'
         '[[rule]]\ntool = "count_notes"\naction = "ask"\n'  # asked although it is read-only
+        '[[rule]]\nserver = "ipybox"\ntool = "shell"\naction = "deny"\n'  # shell commands, same path
     )
     notes = tmp_path / "notes.txt"
     params = {"command": sys.executable, "args": [str(NOTES_SERVER)], "env": {"NOTES_FILE": str(notes)}}
     user = User()  # accepts what it is asked
-    async with stdio(workspace, state_dir, mode, "--approval", str(rules), user=user) as client:
+    args = ["--approval", str(rules), "--approve-shell-cmds"]
+    async with stdio(workspace, state_dir, mode, *args, user=user) as client:
         for name in ("notes", "trusted"):
             result = await client.call_tool(
                 "register_mcp_server", {"server_name": name, "server_params": params}
@@ -68,9 +70,14 @@ async def test_rules_file_allows_asks_and_denies(
             "except ApprovalRejectedError:\n"
             "    print('refused')\n"
             "trusted_add.run(trusted_add.Params(text='allowed'))\n"
-            "print(count_notes.run(count_notes.Params()).result)\n",
+            "print(count_notes.run(count_notes.Params()).result)\n"
+            "try:\n"
+            "    get_ipython().system('touch shell-ran')\n"
+            "except ApprovalRejectedError:\n"
+            "    print('no shell')\n",
         )
-    assert out.splitlines() == ["refused", "1"]
+    assert out.splitlines() == ["refused", "1", "no shell"]
+    assert not (workspace / "shell-ran").exists()
     assert notes.read_text() == "allowed\n"
     assert len(user.asked) == 1 and "count_notes" in user.asked[0]
 

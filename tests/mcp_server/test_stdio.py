@@ -285,7 +285,8 @@ async def test_kernel_sees_only_kernel_env_variables(workspace: Path, state_dir:
     assert "abc" not in kernel_env.values() and "k" not in kernel_env.values()
     unexpected = set(kernel_env) - KERNEL_ENV_ALLOWED - {"FOO", "BAZ"}
     assert not unexpected, f"unexpected variables in the kernel: {sorted(unexpected)}"
-    assert kernel_env["PATH"].split(os.pathsep)[0] == str(NODE_BIN)
+    # ipybox's own PATH comes first (after the kernel's pip shim directory)
+    assert str(NODE_BIN) in kernel_env["PATH"].split(os.pathsep)[:2]
 
 
 @requires_node

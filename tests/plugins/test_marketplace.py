@@ -285,7 +285,10 @@ async def test_plugin_server_isolation_matches_plugin(
             REPO / "gentools_template" / "api.py.tmpl"
         ).read_bytes()
 
-        outside = tmp_path / "outside.txt"
+        # sandboxed: a directory the kernel sees read-only (temp dirs are hidden behind private stand-ins)
+        outside = (
+            Path("/etc") / f"ipybox-outside-{tmp_path.name}.txt" if sandboxed else tmp_path / "outside.txt"
+        )
         output = await cell(session, SANDBOX_PROBE.format(outside=str(outside)))
         assert ("outside: blocked" if sandboxed else "outside: written") in output, output
         assert outside.exists() != sandboxed
@@ -337,10 +340,12 @@ async def test_sandbox_plugin_uses_project_sandbox_config(marketplace: Marketpla
     async with mcp_session(plugin.command, plugin.args, workspace, env, log) as session:
         allowed = await cell(session, SANDBOX_PROBE.format(outside=str(extra / "allowed.txt")))
         assert "outside: written" in allowed, allowed
-        denied = await cell(session, SANDBOX_PROBE.format(outside=str(tmp_path / "denied.txt")))
+        # a directory the kernel sees read-only (temp dirs are hidden behind private stand-ins)
+        denied_path = Path("/etc") / f"ipybox-denied-{tmp_path.name}.txt"
+        denied = await cell(session, SANDBOX_PROBE.format(outside=str(denied_path)))
         assert "outside: blocked" in denied, denied
     assert (extra / "allowed.txt").read_text() == "escaped"
-    assert not (tmp_path / "denied.txt").exists()
+    assert not denied_path.exists()
 
 
 # --- Docker --------------------------------------------------------------------------------------

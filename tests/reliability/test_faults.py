@@ -275,6 +275,10 @@ import psutil
 
 from ipybox import CodeExecutor, generate_mcp_sources
 
+sys.path.insert(0, sys.argv[4])  # the tests' folder: internals.py reads the executor's insides
+import internals
+from internals import kernel_pid, kernels
+
 
 async def main() -> None:
     workspace, sandbox, server = Path(sys.argv[1]), sys.argv[2] == "sandbox", json.loads(sys.argv[3])
@@ -327,6 +331,7 @@ async def test_killed_application_leaves_nothing_behind(
             str(workspace),
             "sandbox" if sandbox else "plain",
             json.dumps(nasty_params()),
+            str(Path(__file__).resolve().parents[1]),
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
             cwd=REPO,

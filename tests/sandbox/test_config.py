@@ -47,6 +47,10 @@ def test_kernel_policy_adds_what_ipybox_needs_and_forbids(
     assert str(tmp_path / "relative-state") in policy["filesystem"]["denyWrite"]
     assert "~/.ssh" in policy["filesystem"]["denyRead"]
     assert "~/.aws" not in policy["filesystem"]["denyRead"]  # only what exists is listed
+    # reads by allow-list: everything hidden but the system and the Python environment
+    assert policy["filesystem"]["denyRead"][0] == "/"
+    assert {"/usr", "/etc", sys.prefix, sys.base_prefix} <= set(policy["filesystem"]["allowRead"])
+    assert str(home) not in policy["filesystem"]["allowRead"]
     assert policy["network"]["allowAllUnixSockets"] is True
     # srt refuses a config without both lists; absent means "none".
     assert policy["network"]["allowedDomains"] == []

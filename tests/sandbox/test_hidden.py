@@ -244,3 +244,29 @@ async def test_shared_memory_and_temp_files_of_others_are_hidden(workspace: Path
     for outcomes in result:
         _assert_hidden(outcomes, "host-temp-secret-0d")
     assert os.path.exists("/dev/shm")
+
+
+async def test_private_system_files_are_hidden_also_from_root(workspace: Path) -> None:
+    """What in /etc other users may not read (`/etc/shadow`, `/etc/gshadow`, TLS private keys)
+    is hidden, by every route, also when the kernel runs as root; the rest of /etc is readable."""
+    private = [p for p in ("/etc/shadow", "/etc/gshadow", "/etc/ssl/private") if os.path.exists(p)]
+    assert "/etc/shadow" in private
+    if os.geteuid() == 0:
+        assert Path("/etc/shadow").read_text()  # root on the host reads it: the sandbox must not
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(
+            executor,
+            ROUTES
+            + f"out = {{t: routes(t) for t in {private!r} if os.path.isfile(t)}}\n"
+            + "out['private'] = attempt(lambda: os.listdir('/etc/ssl/private'))\n"
+            + "out['passwd'] = attempt(lambda: open('/etc/passwd').read())\n"
+            + "out['certs'] = attempt(lambda: bool(os.listdir('/etc/ssl/certs')))\n"
+            + "print(_json.dumps(out))",
+        )
+    shadow = Path("/etc/shadow").read_text() if os.geteuid() == 0 else "root:"
+    for target in private:
+        if target in result:
+            _assert_hidden(result[target], shadow.splitlines()[0])
+    assert result["private"] in ("ok: []",) or not result["private"].startswith("ok"), result["private"]
+    assert result["passwd"].startswith("ok: 'root:"), result["passwd"]
+    assert result["certs"] == "ok: True"
