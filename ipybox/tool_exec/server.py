@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 #: The server name of shell-command approvals, and their tool names.
 SHELL_SERVER = "ipybox"
 SHELL_KINDS = ("shell", "shell_magic")
+_REJECTED = "rejected by the application"  # unless the rejection says why
 
 
 class ToolServer:
@@ -183,7 +184,7 @@ class ToolServer:
                 raise ToolCallError(f"MCP server {server_name!r} will not be started: {e}") from None
             decision = "auto" if self.approval.is_automatic() else "timed_out"
             try:
-                accepted = await self.approval.request(server_name, tool_name, tool_args)
+                accepted, reason = await self.approval.decide(server_name, tool_name, tool_args)
             except RuntimeError as e:
                 decision = "refused"  # nobody is there to ask
                 raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
@@ -191,7 +192,7 @@ class ToolServer:
                 raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
             decision = "auto" if self.approval.is_automatic() else ("accepted" if accepted else "rejected")
             if not accepted:
-                raise ToolCallError(f"Tool call {call} was rejected by the application.", rejected=True)
+                raise ToolCallError(f"Tool call {call} was {reason or _REJECTED}.", rejected=True)
             encoded = await self._call(server_name, server_params, tool_name, tool_args, env)
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
@@ -218,7 +219,7 @@ class ToolServer:
         }
         automatic = self.approval.is_automatic("shell")
         try:
-            accepted = await self.approval.request(SHELL_SERVER, kind, {"cmd": cmd}, kind="shell")
+            accepted, reason = await self.approval.decide(SHELL_SERVER, kind, {"cmd": cmd}, kind="shell")
         except (RuntimeError, TimeoutError) as e:
             self._audit(
                 **record, decision="refused" if isinstance(e, RuntimeError) else "timed_out", outcome="error"
@@ -230,7 +231,7 @@ class ToolServer:
         decision = "auto" if automatic else ("accepted" if accepted else "rejected")
         self._audit(**record, decision=decision, outcome="ok" if accepted else "error")
         if not accepted:
-            raise ToolCallError(f"Shell command {cmd!r} was rejected by the application.", rejected=True)
+            raise ToolCallError(f"Shell command {cmd!r} was {reason or _REJECTED}.", rejected=True)
 
     async def _call(
         self,
