@@ -99,8 +99,13 @@ def editable_packages(environment: Iterable[str] | None = None) -> list[str]:
         if entry and path.is_dir() and not any(path.is_relative_to(p) for p in inside):
             found += _importable(path)
     for name, module in list(sys.modules.items()):
-        if name.startswith("__editable__") and isinstance(getattr(module, "MAPPING", None), dict):
-            found += [str(p) for p in module.MAPPING.values() if isinstance(p, str)]
+        if not name.startswith("__editable__"):
+            continue
+        # MAPPING: package name -> its folder; NAMESPACES: namespace package -> its folders
+        for table in (getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)):
+            for value in table.values() if isinstance(table, dict) else ():
+                paths = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+                found += [p for p in paths if isinstance(p, str)]
     return list(dict.fromkeys(found))
 
 
