@@ -9,12 +9,15 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dotenv import load_dotenv
 
 from ipybox._version import __version__
 from ipybox.kernel_mgr.limits import ResourceLimits
+
+if TYPE_CHECKING:
+    from ipybox.mcp_server import ExecutorOptions
 
 DESCRIPTION = """\
 Run ipybox as an MCP server. Agents get four tools: register_mcp_server (generate a typed
@@ -120,6 +123,21 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address for streamable-http (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port for streamable-http (default: 8000)")
+    _add_kernel_arguments(p)
+    _add_gateway_arguments(p)
+    _add_approval_arguments(p)
+    _add_auth_arguments(p)
+    p.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        help="log level; logs go to stderr (default: WARNING)",
+    )
+    return p
+
+
+def _add_kernel_arguments(p: argparse.ArgumentParser) -> None:
+    """Limits, audit log and environment of the kernels."""
     p.add_argument(
         "--memory-limit",
         type=_size,
@@ -152,6 +170,10 @@ def parser() -> argparse.ArgumentParser:
         help="variables of ipybox's environment that ${VAR} placeholders in server_params may name "
         "(repeatable); WORKSPACE/.env is always used, the rest of the environment never",
     )
+
+
+def _add_gateway_arguments(p: argparse.ArgumentParser) -> None:
+    """Kernels on a Jupyter Kernel Gateway or Enterprise Gateway."""
     p.add_argument(
         "--kernel-gateway",
         metavar="URL",
@@ -178,6 +200,10 @@ def parser() -> argparse.ArgumentParser:
         help="how gateway kernels reach the tool server, e.g. a Kubernetes service name "
         "(default: --tool-server-host)",
     )
+
+
+def _add_approval_arguments(p: argparse.ArgumentParser) -> None:
+    """Who approves tool calls, and how many kernels live how long."""
     p.add_argument(
         "--approval",
         default="ask",
@@ -205,6 +231,10 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="kernels each user may run at once (named with the tools' kernel argument; default: 4)",
     )
+
+
+def _add_auth_arguments(p: argparse.ArgumentParser) -> None:
+    """Authentication of HTTP clients."""
     p.add_argument(
         "--auth-tokens",
         type=Path,
@@ -227,13 +257,6 @@ def parser() -> argparse.ArgumentParser:
         help="the URL clients use for this server, for the authentication metadata "
         "(default: http://HOST:PORT/mcp)",
     )
-    p.add_argument(
-        "--log-level",
-        default="WARNING",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-        help="log level; logs go to stderr (default: WARNING)",
-    )
-    return p
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -251,22 +274,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     """The configured server and how to run it; ValueError says what in the configuration is wrong."""
-    workspace = args.workspace.expanduser().resolve()
-    try:
-        workspace.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        reason = "it is not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
-        raise ValueError(f"cannot use {workspace} as the workspace: {reason}") from None
-    if args.sandbox_config is not None:
-        if not args.sandbox:
-            raise ValueError("--sandbox-config applies only with --sandbox: add --sandbox, or drop it")
-        args.sandbox_config = args.sandbox_config.expanduser().resolve()
-        if not args.sandbox_config.is_file():
-            raise ValueError(f"--sandbox-config: file not found: {args.sandbox_config}")
-    if args.max_kernels < 1:
-        raise ValueError(f"--max-kernels must be at least 1, got {args.max_kernels}")
+    workspace = _workspace(args)
     from ipybox.kernel_mgr.gateway import gateway_option_problem
-    from ipybox.mcp_server import ApprovalPolicy, ExecutorOptions, ServerOptions, create_server
+    from ipybox.mcp_server import ApprovalPolicy, ServerOptions, create_server
     from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
 
     approval = ApprovalPolicy.parse(args.approval)  # files named relative to where ipybox started
@@ -290,18 +300,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
 
     options = ServerOptions(
         workspace=workspace,
-        executor=ExecutorOptions(
-            sandbox=args.sandbox,
-            sandbox_config=args.sandbox_config,
-            limits=limits,
-            allow_env=tuple(dict.fromkeys(name for names in args.allow_env for name in names)),
-            kernel_gateway_url=args.kernel_gateway,
-            kernel_name=args.kernel_name,
-            tool_server_host=args.tool_server_host,
-            tool_server_port=args.tool_server_port,
-            kernel_tool_server_host=args.kernel_tool_server_host,
-            approve_shell_cmds=args.approve_shell_cmds,
-        ),
+        executor=_executor_options(args, limits),
         audit_log=audit_log,
         approval=approval,
         kernel_idle_timeout=args.kernel_idle_timeout,
@@ -312,6 +311,43 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     if args.transport == "stdio":
         return server, lambda s: s.run("stdio")
     return server, lambda s: s.run("streamable-http", host=args.host, port=args.port)
+
+
+def _workspace(args: argparse.Namespace) -> Path:
+    """The workspace, created if missing, after checking the options that need no import."""
+    workspace: Path = args.workspace.expanduser().resolve()
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        reason = "it is not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
+        raise ValueError(f"cannot use {workspace} as the workspace: {reason}") from None
+    if args.sandbox_config is not None:
+        if not args.sandbox:
+            raise ValueError("--sandbox-config applies only with --sandbox: add --sandbox, or drop it")
+        args.sandbox_config = args.sandbox_config.expanduser().resolve()
+        if not args.sandbox_config.is_file():
+            raise ValueError(f"--sandbox-config: file not found: {args.sandbox_config}")
+    if args.max_kernels < 1:
+        raise ValueError(f"--max-kernels must be at least 1, got {args.max_kernels}")
+    return workspace
+
+
+def _executor_options(args: argparse.Namespace, limits: ResourceLimits) -> ExecutorOptions:
+    """What each kernel's `CodeExecutor` is built with."""
+    from ipybox.mcp_server import ExecutorOptions
+
+    return ExecutorOptions(
+        sandbox=args.sandbox,
+        sandbox_config=args.sandbox_config,
+        limits=limits,
+        allow_env=tuple(dict.fromkeys(name for names in args.allow_env for name in names)),
+        kernel_gateway_url=args.kernel_gateway,
+        kernel_name=args.kernel_name,
+        tool_server_host=args.tool_server_host,
+        tool_server_port=args.tool_server_port,
+        kernel_tool_server_host=args.kernel_tool_server_host,
+        approve_shell_cmds=args.approve_shell_cmds,
+    )
 
 
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shlex
 import signal
@@ -77,22 +78,10 @@ def create_server(
     homes = Homes(options.workspace, shared=options.shared_workspace, audit_log=options.audit_log)
     executor_options = options.executor
 
-    def new_executor(principal: str, name: str) -> CodeExecutor:
-        root = homes.workspace(principal)
-        kwargs = {f.name: getattr(executor_options, f.name) for f in fields(executor_options)}
-        if (principal, name) != (LOCAL, DEFAULT_KERNEL):  # a fixed port fits one tool server
-            kwargs["tool_server_port"] = None
-        return CodeExecutor(
-            **kwargs,
-            kernel_env=homes.kernel_env(principal),
-            images_dir=root / "images",
-            working_dir=root,
-            audit_log=homes.audit_log(principal),
-            log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
-        )
-
     kernels = KernelPool(
-        new_executor, idle_timeout=options.kernel_idle_timeout, max_kernels=options.max_kernels
+        functools.partial(_new_executor, homes, executor_options),
+        idle_timeout=options.kernel_idle_timeout,
+        max_kernels=options.max_kernels,
     )
     parked = ParkedRuns(options.approval_ttl)
 
@@ -131,6 +120,22 @@ def create_server(
     )
     tools.add_to(server)
     return server
+
+
+def _new_executor(homes: Homes, executor_options: ExecutorOptions, principal: str, name: str) -> CodeExecutor:
+    """The executor for a principal's named kernel."""
+    root = homes.workspace(principal)
+    kwargs = {f.name: getattr(executor_options, f.name) for f in fields(executor_options)}
+    if (principal, name) != (LOCAL, DEFAULT_KERNEL):  # a fixed port fits one tool server
+        kwargs["tool_server_port"] = None
+    return CodeExecutor(
+        **kwargs,
+        kernel_env=homes.kernel_env(principal),
+        images_dir=root / "images",
+        working_dir=root,
+        audit_log=homes.audit_log(principal),
+        log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
+    )
 
 
 async def _install(package_name: str, kernels: KernelPool, principal: str, on_gateway: bool) -> str:
