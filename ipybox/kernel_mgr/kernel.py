@@ -19,6 +19,7 @@ from typing import Any
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
 from ipybox.errors import IpyboxError
+from ipybox.kernel_mgr import reaper
 from ipybox.kernel_mgr.cgroup import KernelCgroup, fallback
 from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
 from ipybox.kernel_mgr.limits import ResourceLimits
@@ -162,6 +163,7 @@ class Kernel:
         argv += ["--", "-f", str(conn_file), *_KERNEL_OPTIONS]
         if self._cgroup is not None:  # joined before anything runs; srt and the kernel inherit it
             argv = self._cgroup.wrap(argv)
+        argv = reaper.wrap(argv)  # what leaves the process group stays findable for stop()
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -370,6 +372,8 @@ class Kernel:
             self._client = None
         process = self._process
         if process is not None and process.returncode is None:
+            # while the kernel lives, escaped processes (setsid, daemons) are still its descendants
+            await asyncio.to_thread(reaper.kill_escaped, process.pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGTERM)
             exited = self._exited or asyncio.ensure_future(_exit_status(process))

@@ -49,7 +49,6 @@ class CellRun:
         self.kernel_name = kernel_name
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.outcome: CodeExecutionResult | BaseException | None = None
-        self.notice = ""  # for the reply of the round that follows the run next
         self.kernel_notice = ""  # why the kernel is fresh, if it was stopped since its last use
         self.asking: dict[str, ApprovalRequest] = {}
         self.round = 0

@@ -73,7 +73,8 @@ class Tools:
         self.allow_env = allow_env
         self._install = install
         self.parked = parked
-        self._told_no_elicitation: set[str] = set()
+        self._told_no_elicitation: set[str] = set()  # principals whose reply said calls ran unasked
+        self._untold: set[str] = set()  # principals whose calls ran unasked, not yet told
 
     def add_to(self, server: MCPServer[Any]) -> None:
         for tool in (self.register_mcp_server, self.execute_ipython_cell, self.install_package, self.reset):
@@ -148,11 +149,7 @@ class Tools:
             raise ToolError(str(e)) from None
         capabilities = ctx.client_capabilities
         can_ask = capabilities is not None and capabilities.elicitation is not None
-        notice = ""
-        if not can_ask and self.policy.mode != "auto" and who not in self._told_no_elicitation:
-            self._told_no_elicitation.add(who)
-            notice = _NO_ELICITATION
-        run = CellRun(
+        return CellRun(
             self.kernels.use(who, kernel),
             code,
             timeout,
@@ -161,8 +158,6 @@ class Tools:
             decide=None if self.policy.mode == "auto" else self._decider(who, can_ask),
             audit=self._audit(who),
         )
-        run.notice = notice
-        return run
 
     def _decider(self, who: str, can_ask: bool) -> Decider:
         read_only = ReadOnlyTools(self.home.workspace(who))
@@ -172,6 +167,8 @@ class Tools:
                 request.server_name, request.tool_name, (request.server_name, request.tool_name) in read_only
             )
             if verdict.action == "ask" and not can_ask:
+                if who not in self._told_no_elicitation:
+                    self._untold.add(who)
                 return Verdict("allow", "auto: the client has no elicitation support")
             return verdict
 
@@ -190,7 +187,6 @@ class Tools:
         """Relay the run's output as progress until it ends or needs the user's answers."""
         version = ctx.protocol_version
         modern = version is not None and is_version_at_least(version, _INPUT_REQUIRED_VERSION)
-        notice, run.notice = run.notice, ""
         progress = streamed = 0
         parked = False
         try:
@@ -218,8 +214,17 @@ class Tools:
         finally:
             if not parked:
                 await run.cancel()  # a client that cancels or goes away interrupts the cell
-        notice = "\n".join(n for n in (notice, run.kernel_notice) if n)
+        notice = "\n".join(n for n in (self._no_elicitation_notice(run.principal), run.kernel_notice) if n)
         return _reply(run, self.home.workspace(run.principal), max_output_chars, notice)
+
+    def _no_elicitation_notice(self, who: str) -> str:
+        """Said once, in the reply of the first cell whose tool call ran without asking the user
+        (the client cannot ask); cells that call no such tool stay free of it."""
+        if who not in self._untold:
+            return ""
+        self._untold.discard(who)
+        self._told_no_elicitation.add(who)
+        return _NO_ELICITATION
 
     async def _ask(self, ctx: Context[Any, Any], run: CellRun, request: ApprovalRequest) -> None:
         message = describe_call(request.server_name, request.tool_name, request.tool_args)

@@ -194,11 +194,13 @@ def kernel_policy(
     deny_read[:0] = ["/"]
     deny_read.extend(str(p) for p in hidden)
     deny_read.extend([state, *_runtime_roots(), *reads.hidden_credentials(), *reads.hidden_system()])
-    if workspace is not None:
-        if any(c in str(workspace) for c in "*?[]{}!"):
-            logger.warning("not hiding .env files below %s: its path has glob characters", workspace)
-        else:
-            deny_read.extend(f"{workspace}/{pattern}" for pattern in _DOTENV_GLOBS)
+    # the workspace's and those in packages of editable installs (often the project's root)
+    folders: list[Path | str] = [*([] if workspace is None else [workspace]), *reads.editable_packages()]
+    for folder in folders:
+        if any(c in str(folder) for c in "*?[]{}!"):
+            logger.warning("not hiding .env files below %s: its path has glob characters", folder)
+        elif os.path.isdir(folder):
+            deny_read.extend(f"{folder}/{pattern}" for pattern in _DOTENV_GLOBS)
     allow_read = fs.setdefault("allowRead", [])
     allow_read.extend(str(p) for p in [*reachable, *reads.readable(str(p) for p in readable)])
     if workspace is not None:

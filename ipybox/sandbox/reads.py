@@ -10,9 +10,12 @@ The user's home, other users' homes, temporary and runtime directories of other 
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import os
+import site
 import stat
 import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -58,13 +61,77 @@ CREDENTIALS = (
 
 def python_paths(extra_import_paths: Iterable[str] = ()) -> list[str]:
     """The Python environment the kernel runs in: the interpreter's prefixes (a venv and the
-    Python it was made from) and the import path, without the application's own directory
-    (`sys.path[0]`, which may hold its secrets), plus `extra_import_paths` (the kernel's
-    `PYTHONPATH`)."""
+    Python it was made from), its install paths and site directories; of the other import
+    path entries (an editable install's project, a `.pth` entry) only what can be imported
+    from them (`editable_packages()`); plus `extra_import_paths` (the kernel's `PYTHONPATH`),
+    whole. The application's own directory (`sys.path[0]`) is left out: it may hold secrets."""
+    environment = _environment()
+    paths = [*environment, *editable_packages(environment), *extra_import_paths]
+    return [str(Path(p).absolute()) for p in dict.fromkeys(paths) if p and os.path.exists(p)]
+
+
+def _environment() -> list[str]:
+    """The interpreter's prefixes, install paths (`sysconfig`) and site directories."""
     prefixes = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
     prefixes.add(str(Path(os.path.realpath(sys.executable)).parent.parent))
-    paths = [*sorted(prefixes), *sys.path[1:], *extra_import_paths]
-    return [str(Path(p).absolute()) for p in dict.fromkeys(paths) if p and os.path.exists(p)]
+    paths = [*sorted(prefixes), *sysconfig.get_paths().values(), *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        paths.append(site.getusersitepackages())
+    # archives (the stdlib's zip) and site directories named on the import path
+    paths += [p for p in sys.path[1:] if os.path.isfile(p) or Path(p).name in _SITE_DIR_NAMES]
+    return [str(Path(p).absolute()) for p in dict.fromkeys(paths) if p]
+
+
+#: Names of the directories packages are installed into.
+_SITE_DIR_NAMES = ("site-packages", "dist-packages")
+
+
+def editable_packages(environment: Iterable[str] | None = None) -> list[str]:
+    """What the kernel may import from outside the Python environment: the top-level
+    packages and modules in import path entries outside it (an editable install's project
+    or `src` folder, added by a `.pth` file) and the folders setuptools' editable finders map
+    package names to. Not the folders themselves: a project's `.env`, `.git` and other
+    files beside its packages stay hidden."""
+    inside = [Path(p) for p in (_environment() if environment is None else environment)]
+    found: list[str] = []
+    for entry in sys.path[1:]:
+        path = Path(entry).absolute()
+        if entry and path.is_dir() and not any(path.is_relative_to(p) for p in inside):
+            found += _importable(path)
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("__editable__"):
+            continue
+        # MAPPING: package name -> its folder; NAMESPACES: namespace package -> its folders
+        for table in (getattr(module, "MAPPING", None), getattr(module, "NAMESPACES", None)):
+            for value in table.values() if isinstance(table, dict) else ():
+                paths = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+                found += [p for p in paths if isinstance(p, str)]
+    return list(dict.fromkeys(found))
+
+
+def _importable(folder: Path) -> list[str]:
+    """The top-level modules and packages in `folder`: `.py` files and extension modules,
+    and directories named like a package holding `__init__.py` or modules (namespace
+    packages)."""
+    suffixes = (".py", *importlib.machinery.EXTENSION_SUFFIXES)
+    found: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return found
+    for entry in entries:
+        if entry.is_file() and entry.name.endswith(suffixes) and entry.name.split(".")[0].isidentifier():
+            found.append(entry.path)
+        elif entry.is_dir() and entry.name.isidentifier() and _has_modules(Path(entry.path), suffixes):
+            found.append(entry.path)
+    return found
+
+
+def _has_modules(folder: Path, suffixes: tuple[str, ...]) -> bool:
+    try:
+        return any(e.is_file() and e.name.endswith(suffixes) for e in os.scandir(folder))
+    except OSError:
+        return False
 
 
 def import_paths(env: Mapping[str, str]) -> list[str]:
@@ -94,7 +161,7 @@ _PRIVATE_CONFIG_ROOTS = ("/etc",)
 def hidden_system() -> tuple[str, ...]:
     """Files and directories under `/etc` that other users may not read (mode without o+r):
     hidden from every kernel, as root too, which would otherwise read them (`/etc/shadow`).
-    Searched once per process (about 1,200 entries, some 15 ms); symlinks are not followed."""
+    Searched once per process (about 1,200 entries: 15-40 ms); symlinks are not followed."""
     found: list[str] = []
     pending = [Path(p) for p in _PRIVATE_CONFIG_ROOTS]
     while pending:

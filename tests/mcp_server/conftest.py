@@ -21,6 +21,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.session import LoggingFnT
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult, ImageContent, TextContent
 from servers.launch import NASTY_SERVER, NODE_BIN, free_port, wait_for_port
@@ -174,10 +175,12 @@ def sigterm_survivors(
 
 
 @contextlib.asynccontextmanager
-async def http_session(url: str) -> AsyncIterator[ClientSession]:
-    """An initialized MCP client session over streamable HTTP."""
+async def http_session(url: str, token: str | None = None) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session over streamable HTTP (with a bearer `token`, if given)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with (
-        streamable_http_client(url) as (read, write),
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
         ClientSession(read, write, elicitation_callback=accept_all) as session,
     ):
         await session.initialize()

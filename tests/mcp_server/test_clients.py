@@ -193,6 +193,7 @@ async def test_client_without_elicitation_runs_calls_and_is_told(team: Team, tmp
     notes = tmp_path / "notes.txt"
     params = {"command": sys.executable, "args": [str(NOTES_SERVER)], "env": {"NOTES_FILE": str(notes)}}
     async with connect(team.url, TOKENS["bob"], "auto") as bob:
+        plain = await output(bob, "print('no tool call')")  # nothing ran unasked: nothing to tell
         registered = await bob.call_tool(
             "register_mcp_server", {"server_name": "mute", "server_params": params}
         )
@@ -201,6 +202,7 @@ async def test_client_without_elicitation_runs_calls_and_is_told(team: Team, tmp
             bob, "from mcptools.mute import add_note\nprint(add_note.run(add_note.Params(text='n')).result)"
         )
         second = await output(bob, "print(add_note.run(add_note.Params(text='m')).result)")
+    assert plain == "no tool call"
     assert "no elicitation support" in first and first.endswith("added")
     assert second == "added"  # said once
     assert notes.read_text() == "n\nm\n"

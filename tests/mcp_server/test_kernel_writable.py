@@ -30,21 +30,20 @@ _SWAPPER = """
 import glob, os, stat, threading, time
 SWAP = {"glob": None, "target": "off"}
 SWAPS = {}
+def _replace(path, target):
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+            os.mkfifo(path) if target == "fifo" else os.symlink(target, path)
+            SWAPS[target] = SWAPS.get(target, 0) + 1
+    except OSError:
+        pass
 def _swap():
     while True:
         time.sleep(0.001)
-        pattern, target = SWAP["glob"], SWAP["target"]
-        if target == "off":
-            continue
-        for path in glob.glob(pattern):
-            try:
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    continue
-                os.unlink(path)
-                os.mkfifo(path) if target == "fifo" else os.symlink(target, path)
-                SWAPS[target] = SWAPS.get(target, 0) + 1
-            except OSError:
-                pass
+        if SWAP["target"] != "off":
+            for path in glob.glob(SWAP["glob"]):
+                _replace(path, SWAP["target"])
 threading.Thread(target=_swap, daemon=True).start()
 print("armed")
 """
@@ -63,13 +62,8 @@ def _on_close():
             length = struct.unpack_from("iIII", events)[3]
             name = events[16 : 16 + length].rstrip(b"\\0").decode()
             events = events[16 + length :]
-            path, target = "images/" + name, SWAP["target"]
-            try:
-                os.unlink(path)
-                os.mkfifo(path) if target == "fifo" else os.symlink(target, path)
-                SWAPS[target] = SWAPS.get(target, 0) + 1
-            except OSError:
-                pass
+            if SWAP["target"] != "off":
+                _replace("images/" + name, SWAP["target"])
 threading.Thread(target=_on_close, daemon=True).start()
 print("watching")
 """

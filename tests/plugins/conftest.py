@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult, TextContent
 from servers.launch import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -241,13 +241,23 @@ def marketplace(git_snapshot: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @asynccontextmanager
 async def mcp_session(
-    command: str, args: list[str], cwd: Path, env: dict[str, str], log: Path
+    command: str, args: list[str], cwd: Path, env: dict[str, str], log: Path, asked: list[str] | None = None
 ) -> AsyncIterator[ClientSession]:
-    """An initialized MCP client session with a server started over stdio; its stderr goes to `log`."""
+    """An initialized MCP client session with a server started over stdio; its stderr goes to `log`.
+
+    Like Claude Code, the client supports elicitation: the plugins run ipybox with `--approval
+    ask`, and this user approves every tool call put to them (each question is added to `asked`).
+    """
+
+    async def approve(context: Any, request: ElicitRequestParams) -> ElicitResult:
+        if asked is not None:
+            asked.append(request.message)
+        return ElicitResult(action="accept", content={})
+
     params = StdioServerParameters(command=command, args=args, env=env, cwd=str(cwd))
     with log.open("w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, elicitation_callback=approve) as session:
                 await session.initialize()
                 yield session
 

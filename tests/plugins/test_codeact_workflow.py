@@ -123,8 +123,9 @@ async def test_codeact_workflow(tmp_path: Path) -> None:
     everything = {"command": str(EVERYTHING), "args": ["stdio"]}
     get_sum_module = ws / "mcptools" / "everything" / "get_sum.py"
 
+    asked: list[str] = []
     async with mcp_session(
-        str(IPYBOX), ["--workspace", str(ws)], tmp_path, env, tmp_path / "server.log"
+        str(IPYBOX), ["--workspace", str(ws)], tmp_path, env, tmp_path / "server.log", asked
     ) as s:
         assert {t.name for t in (await s.list_tools()).tools} == IPYBOX_TOOLS
 
@@ -152,6 +153,7 @@ async def test_codeact_workflow(tmp_path: Path) -> None:
             s, "from mcptools.everything import get_sum\nprint(get_sum.run(get_sum.Params(a=2, b=3)))"
         )
         assert raw.strip() == "The sum of 2 and 3 is 5."
+        assert asked == []  # get_sum and echo are annotated readOnlyHint: they run without asking
 
         assert reference_block("output-parsers.md", 1).splitlines()[0] == PARSER_MARKER  # doc == code
         (ws / "mcpparse" / "everything").mkdir(parents=True)

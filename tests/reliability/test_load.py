@@ -1,7 +1,8 @@
 """Load: eight executors at once, and the MCP server under eight concurrent HTTP client sessions.
 
 Each executor (and each session) holds a unique token and every output is checked exactly, so
-output, tool results or approval requests that crossed from one to another fail the test.
+output, tool results or approval requests that crossed from one to another fail the test. The
+server keys kernels by principal, so each HTTP session authenticates as a user of its own.
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ class HttpIpybox:
     process: subprocess.Popen[bytes]
     url: str
     log_file: Path
+    tokens: list[str]  # a bearer token per user, one user per session
 
     def kernels(self) -> list[psutil.Process]:
         """The kernel processes the server runs now."""
@@ -168,12 +170,16 @@ class HttpIpybox:
 
 @pytest.fixture
 def http_ipybox(tmp_path: Path) -> Iterator[HttpIpybox]:
-    """`ipybox --transport streamable-http` on a free port; stopped with SIGTERM at teardown."""
+    """`ipybox --transport streamable-http` on a free port with a user per session (`--auth-tokens`);
+    stopped with SIGTERM at teardown."""
     workspace, state = tmp_path / "workspace", tmp_path / "state"
     workspace.mkdir()
     log_file = tmp_path / "ipybox-http.log"
-    process, url = start_http_ipybox(workspace, state, log_file)
-    server = HttpIpybox(process, url, log_file)
+    tokens = [secrets.token_hex(16) for _ in range(SESSIONS)]
+    token_file = tmp_path / "tokens"
+    token_file.write_text("".join(f"user{index} {token}\n" for index, token in enumerate(tokens)))
+    process, url = start_http_ipybox(workspace, state, log_file, args=["--auth-tokens", str(token_file)])
+    server = HttpIpybox(process, url, log_file, tokens)
     try:
         yield server
         alive = sigterm_survivors(process, timeout=30, grace=10)
@@ -200,8 +206,8 @@ async def test_http_sessions_at_once_are_all_served_and_isolated(
 
     running: list[int] = []
 
-    async def session(token: str) -> tuple[int, list[str]]:
-        async with http_session(http_ipybox.url) as client:
+    async def session(token: str, bearer: str) -> tuple[int, list[str]]:
+        async with http_session(http_ipybox.url, bearer) as client:
             pid = int(await _run(client, f"import os\ntoken = {token!r}\nprint(os.getpid())"))
             await asyncio.wait_for(holding.wait(), 180)  # every session's kernel holds its token now
             running.append(len(http_ipybox.kernels()))
@@ -213,17 +219,17 @@ async def test_http_sessions_at_once_are_all_served_and_isolated(
 
     started = time.monotonic()
     async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(session(token)) for token in tokens]
+        tasks = [
+            group.create_task(session(token, bearer))
+            for token, bearer in zip(tokens, http_ipybox.tokens, strict=True)
+        ]
     elapsed = time.monotonic() - started
     results = [task.result() for task in tasks]
     assert [reads for _, reads in results] == [[token] * READS for token in tokens]
-    assert len({pid for pid, _ in results}) == SESSIONS  # a kernel per session
+    assert len({pid for pid, _ in results}) == SESSIONS  # a kernel per user
     assert min(running) >= SESSIONS, running  # (plus warm spares)
-    # the closed sessions' kernels stop; the server keeps serving
-    assert await eventually(lambda: not http_ipybox.kernels(), timeout=30), [
-        describe(p) for p in http_ipybox.kernels()
-    ]
-    async with http_session(http_ipybox.url) as client:
-        assert await _run(client, "print('still serving')") == "still serving"
+    # a user's kernel outlives the session (state across calls); the server keeps serving
+    async with http_session(http_ipybox.url, http_ipybox.tokens[0]) as client:
+        assert await _run(client, "print(token)") == tokens[0]
 
     figures.report("load_http", {"sessions": SESSIONS, "reads_each": READS, "seconds": round(elapsed, 1)})
