@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,8 @@ class LocalBackend:
 
     Each runs in a subprocess driven over ipc sockets in a private runtime directory; with
     `sandbox`, under `srt` (policy `sandbox_config`, default: ipybox's), where it may write only
-    the working directory and its part of the runtime directory. `limits` bound each kernel's tree.
+    the working directory and its own part of the runtime directory (not its siblings').
+    `limits` bound each kernel's tree.
     They call tools over the tool server's unix socket, which files share with them.
     """
 
@@ -50,32 +52,40 @@ class LocalBackend:
                 AuditLog(settings.audit_log, trusted=settings.working_dir).create()
         self._settings = settings
         self.runtime_dir = make_runtime_dir()
-        (self.runtime_dir / "kernels").mkdir()  # the only part of it a sandboxed kernel may write
+        (self.runtime_dir / "kernels").mkdir()  # one private dir in it per kernel: all a sandboxed one sees
         # modules on the kernel's PYTHONPATH: their servers were registered where they were written
         module_dirs = tuple(registry.module_dirs(settings.env, settings.working_dir))
         return ToolListener(self.runtime_dir / "tools.sock", tool_port, module_dirs)
 
     def kernel_factory(self, endpoint: ToolEndpoint) -> Callable[[], KernelLike]:
+        """Each kernel gets its own directory in `kernels/` (connection file, ipc sockets, temp
+        files and caches); a sandboxed one, its own policy, under which it sees no other kernel's
+        directory (neither the running kernel's nor its spare's)."""
         settings, runtime_dir = self._settings, self.runtime_dir
         assert settings is not None and runtime_dir is not None, "prepare() first"
-        kernels_dir = runtime_dir / "kernels"
         env = kernel_environment(settings.kernel_env()) | {ENDPOINT_VAR: str(endpoint.path)}
         if settings.restore_working_dir:
             env[WORKING_DIR_VAR] = str(settings.working_dir)
-        prefix: list[str] = []
-        if self.sandbox:
+        cwd, limits = settings.working_dir, self.limits
+
+        def new_kernel() -> KernelLike:
+            name = secrets.token_hex(8)
+            private = runtime_dir / "kernels" / name
+            private.mkdir(mode=0o700)
+            if not self.sandbox:
+                return Kernel(private, cwd, env, [], limits)
             prefix = sandbox_command(
                 self.sandbox_config,
-                runtime_dir / "sandbox.json",
-                kernels_dir,
-                settings.working_dir,
+                runtime_dir / f"sandbox-{name}.json",
+                private,
+                cwd,
                 [settings.audit_log] if settings.audit_log is not None else [],
                 reachable=[endpoint.path],
                 readable=import_paths(settings.env),
             )
-            env = sandboxed_environment(env, kernels_dir)  # temp, cache and IPython dirs in it
-        cwd, limits = settings.working_dir, self.limits
-        return lambda: Kernel(kernels_dir, cwd, env, prefix, limits)
+            return Kernel(private, cwd, sandboxed_environment(env, private), prefix, limits)
+
+        return new_kernel
 
     async def upload(self, kernel: KernelLike, local: Path, remote: str) -> None:
         workspace = self._workspace()

@@ -46,7 +46,8 @@ pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(90)]
 RUNTIME = (
     "import os, pathlib\n"
     "runtime = pathlib.Path(os.environ['IPYBOX_TOOL_SERVER']).parent\n"
-    "policy = runtime / 'sandbox.json'\n"
+    "from ipykernel import get_connection_file\n"
+    "policy = runtime / f'sandbox-{pathlib.Path(get_connection_file()).parent.name}.json'\n"
 )
 
 
@@ -370,7 +371,7 @@ print(_json.dumps({{
     'found': found,
     'list': attempt(lambda: os.listdir(victim)),
     'connection_files': attempt(
-        lambda: [open(f).read() for f in glob.glob(str(victim / 'kernels' / '*.json'))]
+        lambda: [open(f).read() for f in glob.glob(str(victim / 'kernels' / '*' / '*.json'))]
         or open(victim / 'kernels' / 'missing.json').read()
     ),
     'tools': attempt(lambda: connect(victim / 'tools.sock', _json.dumps(request).encode() + b'\\n')),
@@ -401,7 +402,7 @@ async def test_kernel_cannot_reach_other_kernels(
     first, second = (victim, attacker) if victim_started == "before" else (attacker, victim)
     async with first, second:
         runtime = runtime_dir(victim)
-        assert runtime is not None and list((runtime / "kernels").glob("*.json"))  # the target is there
+        assert runtime is not None and list((runtime / "kernels").glob("*/*.json"))  # the target is there
         code = _REACH_OTHERS.format(victim=str(runtime), params=nasty_params(), patterns=_runtime_patterns())
         result = await probe(attacker, RUNTIME + code)
         assert await run(victim, "print('victim alive')") == "victim alive"
