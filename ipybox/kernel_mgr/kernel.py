@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -124,8 +125,11 @@ class Kernel:
         env: Mapping[str, str],
         command_prefix: Sequence[str] = (),
         limits: ResourceLimits | None = None,
+        *,
+        own_dir: bool = False,
     ) -> None:
         self._runtime_dir = runtime_dir
+        self._own_dir = own_dir  # `runtime_dir` is this kernel's alone: removed whole by stop()
         self._cwd = cwd
         self._env = dict(env)
         self._prefix = list(command_prefix)
@@ -423,6 +427,9 @@ class Kernel:
             await asyncio.wait_for(drain, timeout)
 
     def _remove_files(self) -> None:
+        if self._own_dir:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            return
         for path in self._runtime_dir.glob(f"{self._name}*"):
             with contextlib.suppress(OSError):
                 path.unlink()

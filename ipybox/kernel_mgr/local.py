@@ -73,7 +73,7 @@ class LocalBackend:
             private = runtime_dir / "kernels" / name
             private.mkdir(mode=0o700)
             if not self.sandbox:
-                return Kernel(private, cwd, env, [], limits)
+                return Kernel(private, cwd, env, [], limits, own_dir=True)
             prefix = sandbox_command(
                 self.sandbox_config,
                 runtime_dir / f"sandbox-{name}.json",
@@ -83,7 +83,7 @@ class LocalBackend:
                 reachable=[endpoint.path],
                 readable=import_paths(settings.env),
             )
-            return Kernel(private, cwd, sandboxed_environment(env, private), prefix, limits)
+            return Kernel(private, cwd, sandboxed_environment(env, private), prefix, limits, own_dir=True)
 
         return new_kernel
 

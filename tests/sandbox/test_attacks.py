@@ -794,7 +794,7 @@ async def test_no_process_outlives_the_executor(
                 )
                 == "Echo: hi"
             )
-            await until(lambda: len(watch.find("python", "/kernels/k")) >= 2)  # kernel + spare
+            await until(lambda: len(watch.find("python", "/kernels/")) >= 2)  # kernel + spare
             connection = await run(
                 executor, "from ipykernel import get_connection_file\nprint(get_connection_file())"
             )

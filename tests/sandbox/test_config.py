@@ -65,7 +65,8 @@ async def test_default_policy_is_used_without_a_config(
         runtime = Path(
             await run(executor, "import os\nprint(os.path.dirname(os.environ['IPYBOX_TOOL_SERVER']))")
         )
-        policy = json.loads((runtime / "sandbox.json").read_text())  # hidden from the kernel itself
+        [policy_file] = runtime.glob("sandbox-*.json")  # the one kernel's, hidden from the kernel itself
+        policy = json.loads(policy_file.read_text())
         # the default's behaviour: the working directory is writable, its .env is not readable
         assert await run(executor, "open('written.txt', 'w').write('x')") == "1"
         with pytest.raises(Exception, match="PermissionError"):

@@ -15,7 +15,7 @@ from jupyter_client import BlockingKernelClient
 
 from ipybox import CodeExecutor
 
-from .conftest import probe, run
+from .conftest import probe, run, until
 
 _ATTACK = """
 import glob, zmq
@@ -79,6 +79,7 @@ async def test_kernel_cannot_reach_its_spare(srt_available: None, workspace: Pat
         result = await probe(executor, code, timeout=120)
         await executor.reset()
         after = await run(executor, "print(globals().get('PLANTED', 'absent'))")
+        await until(lambda: not mine.parent.exists())  # the retired kernel's directory goes with it
     for key in ("read", "list_spare", "file_client", "ipc_client", "raw_ipc"):
         assert not result[key].startswith("ok"), (key, result[key])
     assert result["glob"] == [], result["glob"]

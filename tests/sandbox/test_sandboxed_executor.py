@@ -56,7 +56,7 @@ async def test_reset_twice_quickly_with_spare_kernel(srt_available: None, worksp
         assert result[0].startswith("PermissionError"), result
         assert result[1].startswith("OSError: [Errno 30]"), result
         # retired kernels are stopped: one working kernel and one spare remain
-        await until(lambda: len(watch.find("python", "/kernels/k")) == 2)
+        await until(lambda: len(watch.find("python", "/kernels/")) == 2)
     await watch.assert_all_gone()
 
 
