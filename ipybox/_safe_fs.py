@@ -148,12 +148,7 @@ def open_regular(fd: int, name: str, path: Path) -> Iterator[BinaryIO]:
         file = os.open(name, _READ, dir_fd=fd)
     except OSError as e:
         raise _refuse(path, e) from None
-    try:
-        _check_regular(file, path, "read")
-        os.set_blocking(file, True)
-    except BaseException:
-        os.close(file)
-        raise
+    _checked(file, path, "read")
     with os.fdopen(file, "rb") as f:
         yield f
 
@@ -169,8 +164,13 @@ def open_append(fd: int, name: str, path: Path) -> int:
                 f"{path} is a fifo, not a regular file; ipybox does not write to it."
             ) from None
         raise _refuse(path, e) from None
+    return _checked(file, path, "write to")
+
+
+def _checked(file: int, path: Path, verb: str) -> int:
+    """`file` once `_check_regular` passed it, made blocking; closed if either fails."""
     try:
-        _check_regular(file, path, "write to")
+        _check_regular(file, path, verb)
         os.set_blocking(file, True)
     except BaseException:
         os.close(file)
