@@ -50,19 +50,12 @@ GIT_DIR_NAMES = ("config", "config.worktree", "commondir", "hooks", "info", "wor
 #: Shell and tool start-up files in the user's home, protected (with placeholders where
 #: missing) if a policy makes the home directory writable.
 HOME_NAMES = {
-    ".bashrc": "file",
-    ".bash_profile": "file",
-    ".bash_login": "file",
-    ".bash_logout": "file",
-    ".profile": "file",
-    ".zshrc": "file",
-    ".zshenv": "file",
-    ".zprofile": "file",
-    ".zlogin": "file",
-    ".gitconfig": "file",
-    ".config": "dir",
-    ".local": "dir",
-    ".ssh": "dir",
+    **dict.fromkeys(
+        (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile")
+        + (".zshrc", ".zshenv", ".zprofile", ".zlogin", ".gitconfig"),
+        "file",
+    ),
+    **dict.fromkeys((".config", ".local", ".ssh"), "dir"),
 }
 
 #: How deep below a writable directory existing auto-run paths are looked for.
