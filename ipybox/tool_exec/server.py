@@ -12,14 +12,8 @@ from collections.abc import Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ipybox.mcp_client.placeholders import (
-    PlaceholderError,
-    Placeholders,
-    placeholder_names,
-    placeholder_values,
-    redact,
-    resolve,
-)
+from ipybox.mcp_client import placeholders
+from ipybox.mcp_client.placeholders import PlaceholderError, Placeholders
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.server import ApprovalChannel
 from ipybox.tool_exec.approval_clients import serve_approval_client
@@ -173,12 +167,12 @@ class ToolServer:
             if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
                 raise ToolCallError(self._unregistered(server_name))
             # the environment is read only for parameters with placeholders (most have none)
-            env = self.placeholders.values() if placeholder_names(server_params) else {}
-            secrets = placeholder_values(server_params, env)
+            env = self.placeholders.values() if placeholders.placeholder_names(server_params) else {}
+            secrets = placeholders.placeholder_values(server_params, env)
             if self.audit is not None:
                 self.audit.add_secrets(secrets)
             try:  # before anyone is asked: a server that may not start needs no approval
-                resolve(server_params, env, self.placeholders.describe())
+                placeholders.resolve(server_params, env, self.placeholders.describe())
             except PlaceholderError as e:
                 refusal = {"variables": e.variables, "rule": e.rule}
                 raise ToolCallError(f"MCP server {server_name!r} will not be started: {e}") from None
@@ -196,7 +190,7 @@ class ToolServer:
             encoded = await self._call(server_name, server_params, tool_name, tool_args, env)
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
-            message = redact(str(e), secrets)
+            message = placeholders.redact(str(e), secrets)
             self._audit(**record, decision=decision, outcome="error", error=message, **refusal)
             raise ToolCallError(message, rejected=e.rejected) from None
         except BaseException:
