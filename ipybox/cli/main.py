@@ -272,6 +272,20 @@ def main(argv: list[str] | None = None) -> None:
     run(server)
 
 
+def _refuse_kernel_writable(workspace: Path, *files: str | Path | None) -> None:
+    """Option files that decide who may do what must lie where sandboxed code cannot write them."""
+    for name in files:
+        if not name or "://" in str(name):
+            continue
+        path = Path(name).expanduser().resolve()
+        if path.is_relative_to(workspace.resolve()):
+            raise ValueError(
+                f"{path} lies in the workspace {workspace}, which sandboxed code can write, so a kernel "
+                "could change who may do what at the next start; keep it outside the workspace "
+                "(e.g. ~/.config/ipybox/)."
+            )
+
+
 def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     """The configured server and how to run it; ValueError says what in the configuration is wrong."""
     workspace = _workspace(args)
@@ -280,6 +294,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
 
     approval = ApprovalPolicy.parse(args.approval)  # files named relative to where ipybox started
+    if args.sandbox:
+        _refuse_kernel_writable(workspace, approval.source, args.auth_tokens, args.jwks)
     verifier, auth = _authentication(args)
     audit_log = args.audit_log.expanduser().resolve() if args.audit_log else None
     os.chdir(workspace)  # the kernel's working directory, and where `.env` is read

@@ -21,6 +21,7 @@ from ipybox.sandbox import (
     sandboxed_environment,
 )
 from ipybox.tool_exec import registry
+from ipybox.tool_exec.audit import AuditLog
 from ipybox.tool_exec.client import ENDPOINT_VAR
 
 
@@ -48,6 +49,8 @@ class LocalBackend:
         if self.sandbox:  # fail on a missing tool or a bad config before anything starts
             check_sandbox(self.sandbox_config)
             guard_workspace(settings.working_dir)  # what the kernel writes there never shadows our imports
+            if settings.audit_log is not None:  # a file ipybox can append to, before srt protects it
+                AuditLog(settings.audit_log, trusted=settings.working_dir).create()
         self._settings = settings
         self.runtime_dir = make_runtime_dir()
         (self.runtime_dir / "kernels").mkdir()  # one private dir in it per kernel: all a sandboxed one sees

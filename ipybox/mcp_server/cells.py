@@ -21,6 +21,8 @@ from ipybox.tool_exec.audit import AuditLog
 logger = logging.getLogger(__name__)
 
 DONE = object()
+#: What kernel code hears when the user declines (or cancels) a tool call's elicitation.
+DECLINED = "declined by the user"
 Event = CodeExecutionChunk | ApprovalRequest | object
 #: Decides a tool call without the user: the policy's verdict for (server, tool).
 Decider = Callable[[ApprovalRequest], Verdict]
@@ -84,7 +86,10 @@ class CellRun:
         else:
             await self.decide(request, verdict.action == "allow", verdict.reason)
 
-    async def decide(self, request: ApprovalRequest, accept: bool, by: str) -> None:
+    async def decide(
+        self, request: ApprovalRequest, accept: bool, by: str, reason: str | None = None
+    ) -> None:
+        """Accept or reject `request` (a rejection's `reason` reaches the calling code), audited as `by`'s."""
         if self._audit is not None:
             with contextlib.suppress(OSError):
                 self._audit.decided(
@@ -93,7 +98,7 @@ class CellRun:
                     decision="accepted" if accept else "rejected",
                     by=by,
                 )
-        await (request.accept() if accept else request.reject())
+        await (request.accept() if accept else request.reject(reason))
 
     def input_requests(self, requests: list[ApprovalRequest]) -> dict[str, InputRequest]:
         """Park `requests` for the next round; what to ask the client."""
@@ -114,7 +119,7 @@ class CellRun:
         for key, request in asking.items():
             response = (responses or {}).get(key)
             accepted = isinstance(response, ElicitResult) and response.action == "accept"
-            await self.decide(request, accepted, by)
+            await self.decide(request, accepted, by, DECLINED)
 
     async def cancel(self) -> None:
         """Interrupt the cell (the kernel keeps its state) and wait for the run to end."""

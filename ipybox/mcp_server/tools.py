@@ -22,7 +22,7 @@ from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecuti
 from ipybox.mcp_apigen import generate_mcp_sources
 from ipybox.mcp_connect import PlaceholderError, placeholder_names
 from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
-from ipybox.mcp_server.cells import DONE, CellRun, Decider, ParkedRuns, events, pending_approvals
+from ipybox.mcp_server.cells import DECLINED, DONE, CellRun, Decider, ParkedRuns, events, pending_approvals
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool, check_kernel_name
 from ipybox.mcp_server.output import truncate
@@ -234,7 +234,7 @@ class Tools:
         except Exception as e:  # the client failed to ask: refuse rather than run unapproved
             logger.warning("elicitation failed: %s", e)
             accepted = False
-        await run.decide(request, accepted, f"user ({run.principal}) through the client")
+        await run.decide(request, accepted, f"user ({run.principal}) through the client", DECLINED)
 
     async def install_package(self, package_name: str, ctx: Context[Any, Any]) -> str:
         """pip-install a package for the kernel: "numpy>=1.26" or "git+https://..." (network allowed)."""

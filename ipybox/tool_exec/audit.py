@@ -117,6 +117,20 @@ class AuditLog:
             }
         )
 
+    def create(self) -> None:
+        """Make the log file (empty if new) and its directories now, before a sandbox starts.
+
+        A sandbox keeps its kernel from writing the log by mounting what lies at its path
+        read-only; for a missing path `srt` makes an empty mode-0444 file on the host itself,
+        which ipybox, run as a normal user, then may not append to (root may: so only normal
+        users lost their audit trail).
+        """
+        with self._lock:
+            try:
+                os.close(self._open())
+            except OSError as e:  # UnsafePathError too
+                logger.error("cannot create the audit log %s: %s", self.path, e)
+
     def _write(self, entry: dict[str, Any]) -> None:
         line = json.dumps(self._redact(entry), default=str) + "\n"
         with self._lock:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import itertools
-import json
 import logging
 import secrets
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,20 +21,21 @@ from ipybox.mcp_client.placeholders import (
     resolve,
 )
 from ipybox.tool_exec import registry
-from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
+from ipybox.tool_exec.approval_clients import serve_approval_client
 from ipybox.tool_exec.audit import AuditLog
 from ipybox.tool_exec.connections import ConnectionPool, ToolCallError
+from ipybox.tool_exec.listener import Listener
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult
 
 logger = logging.getLogger(__name__)
 
-_MAX_LINE = 64 * 1024 * 1024
 #: The server name of shell-command approvals, and their tool names.
 SHELL_SERVER = "ipybox"
 SHELL_KINDS = ("shell", "shell_magic")
+_REJECTED = "rejected by the application"  # unless the rejection says why
 
 
 class ToolServer:
@@ -90,8 +88,7 @@ class ToolServer:
         self.audit = AuditLog(audit_log, trusted=trusted) if audit_log is not None else None
         self._servers = {name: dict(params) for name, params in (servers or {}).items()}
         self._pool = ConnectionPool(connect_timeout, call_timeout)
-        self._listeners: list[asyncio.Server] = []
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._listener = Listener(self._dispatch, self._serve_approvals, self.token)
         self._stopped = asyncio.Event()
         if log_to_stderr:  # a standalone server; embedded in an application, logging is the app's
             logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -106,31 +103,21 @@ class ToolServer:
 
     async def start(self) -> None:
         """Start listening. Raises `RuntimeError` if already running."""
-        if self._listeners:
+        if self._listener.listening:
             raise RuntimeError("ToolServer is already running")
         self._stopped.clear()
         try:
             if self.path is not None:
-                self._listeners.append(
-                    await asyncio.start_unix_server(self._handle, self.path, limit=_MAX_LINE)
-                )
-                self.path.chmod(0o600)
+                await self._listener.listen_unix(self.path)
             if self.port is not None:
-                server = await asyncio.start_server(self._handle_tcp, self.host, self.port, limit=_MAX_LINE)
-                self.port = server.sockets[0].getsockname()[1]
-                self._listeners.append(server)
+                self.port = await self._listener.listen_tcp(self.host, self.port)
         except BaseException:
             await self.stop()
             raise
 
     async def stop(self) -> None:
         """Stop listening and close every MCP server this server started."""
-        for listener in self._listeners:
-            listener.close()
-        self._listeners = []
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._listener.close()
         await self._pool.close()
         if self.path is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -197,7 +184,7 @@ class ToolServer:
                 raise ToolCallError(f"MCP server {server_name!r} will not be started: {e}") from None
             decision = "auto" if self.approval.is_automatic() else "timed_out"
             try:
-                accepted = await self.approval.request(server_name, tool_name, tool_args)
+                accepted, reason = await self.approval.decide(server_name, tool_name, tool_args)
             except RuntimeError as e:
                 decision = "refused"  # nobody is there to ask
                 raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
@@ -205,7 +192,7 @@ class ToolServer:
                 raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
             decision = "auto" if self.approval.is_automatic() else ("accepted" if accepted else "rejected")
             if not accepted:
-                raise ToolCallError(f"Tool call {call} was rejected by the application.", rejected=True)
+                raise ToolCallError(f"Tool call {call} was {reason or _REJECTED}.", rejected=True)
             encoded = await self._call(server_name, server_params, tool_name, tool_args, env)
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
@@ -232,7 +219,7 @@ class ToolServer:
         }
         automatic = self.approval.is_automatic("shell")
         try:
-            accepted = await self.approval.request(SHELL_SERVER, kind, {"cmd": cmd}, kind="shell")
+            accepted, reason = await self.approval.decide(SHELL_SERVER, kind, {"cmd": cmd}, kind="shell")
         except (RuntimeError, TimeoutError) as e:
             self._audit(
                 **record, decision="refused" if isinstance(e, RuntimeError) else "timed_out", outcome="error"
@@ -244,7 +231,7 @@ class ToolServer:
         decision = "auto" if automatic else ("accepted" if accepted else "rejected")
         self._audit(**record, decision=decision, outcome="ok" if accepted else "error")
         if not accepted:
-            raise ToolCallError(f"Shell command {cmd!r} was rejected by the application.", rejected=True)
+            raise ToolCallError(f"Shell command {cmd!r} was {reason or _REJECTED}.", rejected=True)
 
     async def _call(
         self,
@@ -275,65 +262,26 @@ class ToolServer:
         except OSError as e:
             logger.error("cannot write the audit log %s: %s", self.audit.path, e)
 
-    async def _handle_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._handle(reader, writer, check_token=True)
+    def _dispatch(self, request: dict[str, Any]) -> Coroutine[Any, Any, Any] | dict[str, Any]:
+        """The call a request asks for, or the reply that refuses it."""
+        op = request.get("op")
+        if op in ("run", "shell") and (stale := self._finished_execution(request)):
+            return {"ok": False, "error": stale, "rejected": True}
+        if op == "shell" and request.get("tool_name") in SHELL_KINDS:
+            return self.approve_shell(str(request["tool_name"]), str(request.get("cmd", "")))
+        if op == "run" and isinstance(request.get("tool_args") or {}, dict):
+            return self.run(
+                str(request.get("server_name")),
+                request.get("server_params") or {},
+                str(request.get("tool_name")),
+                request.get("tool_args") or {},
+            )
+        return {"ok": False, "error": f"malformed request (op {op!r})"}
 
-    async def _handle(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, check_token: bool = False
+    async def _serve_approvals(
+        self, hello: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        try:
-            while line := await reader.readline():
-                try:
-                    request = json.loads(line)
-                    op = request.get("op")
-                except (json.JSONDecodeError, AttributeError):
-                    await _send(writer, {"ok": False, "error": "malformed request"})
-                    continue
-                if op == "approve":
-                    await self._serve_approval_client(request, reader, writer)
-                    return
-                call: asyncio.Future[Any]
-                if check_token and op in ("run", "shell") and not self._token_ok(request):
-                    logger.warning("refused a TCP request (op %r) without the tool server's token", op)
-                    await _send(writer, {"ok": False, "error": "refused: missing or wrong tool server token"})
-                    return
-                if op in ("run", "shell") and (stale := self._finished_execution(request)):
-                    await _send(writer, {"ok": False, "error": stale, "rejected": True})
-                    continue
-                if op == "shell" and request.get("tool_name") in SHELL_KINDS:
-                    call = asyncio.ensure_future(
-                        self.approve_shell(str(request["tool_name"]), str(request.get("cmd", "")))
-                    )
-                elif op == "run" and isinstance(request.get("tool_args") or {}, dict):
-                    call = asyncio.ensure_future(
-                        self.run(
-                            str(request.get("server_name")),
-                            request.get("server_params") or {},
-                            str(request.get("tool_name")),
-                            request.get("tool_args") or {},
-                        )
-                    )
-                else:
-                    await _send(writer, {"ok": False, "error": f"malformed request (op {op!r})"})
-                    continue
-                if not await _finished_before_hangup(call, reader):
-                    return  # the caller is gone (cell interrupted, kernel dead): abandon its call
-                try:
-                    await _send(writer, {"ok": True, "result": call.result()})
-                except ToolCallError as e:
-                    await _send(writer, {"ok": False, "error": str(e), "rejected": e.rejected})
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            # stop() cancels open connections. End quietly: this task belongs to asyncio's server,
-            # whose completion callback (Python 3.11) logs cancelled handler tasks as errors.
-            pass
-        finally:
-            self._handlers.discard(task)
-            writer.close()
+        await serve_approval_client(self.approval, self.approval_token, hello, reader, writer)
 
     def _finished_execution(self, request: dict[str, Any]) -> str | None:
         """Why a request from an execution that has finished is refused; None for a current one.
@@ -362,72 +310,6 @@ class ToolServer:
             error=error,
         )
         return error
-
-    def _token_ok(self, request: dict[str, Any]) -> bool:
-        return hmac.compare_digest(str(request.get("token", "")).encode(), self.token.encode())
-
-    async def _serve_approval_client(
-        self, hello: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        """Let a remote `ApprovalClient` that knows the token decide on tool calls."""
-        if not hmac.compare_digest(str(hello.get("token", "")), self.approval_token):
-            logger.warning("refused an approval client with a wrong token")
-            await _send(writer, {"ok": False, "error": "wrong approval token"})
-            return
-        await _send(writer, {"ok": True})
-        pending: dict[int, ApprovalRequest] = {}
-        ids = itertools.count()
-
-        async def forward(request: ApprovalRequest) -> None:
-            request_id = next(ids)
-            pending[request_id] = request
-            await _send(
-                writer,
-                {
-                    "id": request_id,
-                    "server_name": request.server_name,
-                    "tool_name": request.tool_name,
-                    "tool_args": request.tool_args,
-                },
-            )
-
-        self.approval.connect(forward)
-        try:
-            while line := await reader.readline():
-                answer = json.loads(line)
-                request = pending.pop(answer.get("id"), None)
-                if request is not None:
-                    await (request.accept() if answer.get("accepted") is True else request.reject())
-        finally:
-            self.approval.disconnect(forward)
-            for request in pending.values():
-                await request.reject()
-
-
-async def _finished_before_hangup(call: asyncio.Future[Any], reader: asyncio.StreamReader) -> bool:
-    """Wait for `call`; if the client hangs up first, cancel it (an approval it awaits goes too)."""
-    hangup = asyncio.ensure_future(reader.read(1))  # a client sends nothing while it waits
-    try:
-        done, _ = await asyncio.wait({call, hangup}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # the server is stopping: take the call down with this connection
-        for task in (call, hangup):
-            task.cancel()
-        await asyncio.gather(call, hangup, return_exceptions=True)
-        raise
-    if call in done:
-        hangup.cancel()  # and wait, so the next readline() is the only reader
-        with contextlib.suppress(asyncio.CancelledError):
-            await hangup
-        return True
-    call.cancel()
-    with contextlib.suppress(BaseException):
-        await call
-    return False
-
-
-async def _send(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
-    writer.write(json.dumps(message).encode() + b"\n")
-    await writer.drain()
 
 
 def encode_result(result: CallToolResult) -> dict[str, Any]:

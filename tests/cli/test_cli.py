@@ -182,3 +182,25 @@ def test_bad_configuration_fails_at_start_with_the_cause(
     for word in words:
         assert word in result.stderr, (word, result.stderr)
     assert result.stdout == "" and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "option", "content"),
+    [
+        ("approval.toml", ["--approval"], '[[rule]]\nserver = "*"\naction = "allow"\n'),
+        (".ipybox/rules.toml", ["--approval"], '[[rule]]\nserver = "*"\naction = "allow"\n'),
+        ("tokens", ["--transport", "streamable-http", "--auth-tokens"], "alice secret\n"),
+    ],
+)
+def test_sandboxed_workspace_may_not_hold_files_that_grant_rights(
+    tmp_path: Path, name: str, option: list[str], content: str
+) -> None:
+    """A kernel writes its workspace: rules or tokens kept there would let it widen its rights."""
+    workspace = tmp_path / "ws"
+    (workspace / name).parent.mkdir(parents=True)
+    (workspace / name).write_text(content)
+    result = ipybox("--workspace", str(workspace), "--sandbox", *option, str(workspace / name), cwd=tmp_path)
+
+    assert result.returncode != 0, result.stderr
+    assert result.stderr.startswith("ipybox: ") and "Traceback" not in result.stderr, result.stderr
+    assert str(workspace / name) in result.stderr and "outside the workspace" in result.stderr

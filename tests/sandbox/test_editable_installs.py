@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
+from test_kernel_pip import app_environment
 
 pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(120)]
 
@@ -90,25 +89,15 @@ def _project(base: Path, name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def editable_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
-    """A venv with the three projects installed editable; ipybox and its dependencies come
-    from the test's own environment through a `.pth` file."""
+    """A venv with the three projects installed editable."""
     base = tmp_path_factory.mktemp("editable")
-    venv = base / "venv"
-    subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(venv)], check=True)
-    python = venv / "bin" / "python"
+    python = app_environment(base / "venv", seed_pip=False)  # sees ipybox and its dependencies
     projects = {name: _project(base, name) for name in PROJECTS}
     for root in projects.values():
         install = ["uv", "pip", "install", "-q", "--python", str(python), "-e", str(root)]
         # the build backends from uv's cache if there, else from the index
         if subprocess.run([*install, "--offline"], capture_output=True).returncode != 0:
             subprocess.run(install, check=True)
-    site_dir = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (Path(site_dir) / "_ipybox_test.pth").write_text(f"{sysconfig.get_paths()['purelib']}\n{ROOT}\n")
     return python, projects
 
 

@@ -26,6 +26,8 @@ class ApprovalRequest:
         self.tool_name = tool_name
         self.tool_args = tool_args
         self._respond = respond
+        #: Why the call was refused, if `reject()` said: the calling code's error gives it.
+        self.rejection: str | None = None
 
     __match_args__ = ("server_name", "tool_name", "tool_args")
 
@@ -40,8 +42,10 @@ class ApprovalRequest:
         """Let the tool call run."""
         await self._respond(True)
 
-    async def reject(self) -> None:
-        """Refuse the tool call; the calling code gets an error."""
+    async def reject(self, reason: str | None = None) -> None:
+        """Refuse the tool call; the calling code gets an error saying `reason` (e.g. "declined by
+        the user"), by default "rejected by the application"."""
+        self.rejection = reason
         await self._respond(False)
 
 

@@ -63,8 +63,19 @@ class ApprovalChannel:
         Raises `RuntimeError` when no application is connected and `TimeoutError` when
         no decision arrives in time.
         """
+        accepted, _ = await self.decide(server_name, tool_name, tool_args, kind=kind)
+        return accepted
+
+    async def decide(
+        self, server_name: str, tool_name: str, tool_args: dict[str, Any], *, kind: str = "tool"
+    ) -> tuple[bool, str | None]:
+        """Like `request()`, with the reason a rejection gave (None if it gave none).
+
+        Raises `RuntimeError` when no application is connected and `TimeoutError` when
+        no decision arrives in time.
+        """
         if self.is_automatic(kind):
-            return True
+            return True, None
         handler = self._handler
         if handler is None:
             raise RuntimeError("no application is connected to approve tool calls")
@@ -76,8 +87,9 @@ class ApprovalChannel:
 
         self._waiting(True)
         try:
-            await handler(ApprovalRequest(server_name, tool_name, tool_args, respond))
-            return await asyncio.wait_for(decision, self.approval_timeout)
+            request = ApprovalRequest(server_name, tool_name, tool_args, respond)
+            await handler(request)
+            return await asyncio.wait_for(decision, self.approval_timeout), request.rejection
         except TimeoutError:
             raise TimeoutError(
                 f"no approval decision within {self.approval_timeout:g} s (approval_timeout)"
