@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +43,7 @@ class LocalBackend:
         self.limits = limits or ResourceLimits()
         self.runtime_dir: Path | None = None
         self._settings: KernelSettings | None = None
+        self._kernel_count = itertools.count()
 
     async def prepare(self, settings: KernelSettings, tool_port: int | None) -> ToolListener:
         if self.sandbox:  # fail on a missing tool or a bad config before anything starts
@@ -69,7 +70,7 @@ class LocalBackend:
         cwd, limits = settings.working_dir, self.limits
 
         def new_kernel() -> KernelLike:
-            name = secrets.token_hex(8)
+            name = f"{next(self._kernel_count):x}"  # short: socket paths below it must fit in 107 bytes
             private = runtime_dir / "kernels" / name
             private.mkdir(mode=0o700)
             if not self.sandbox:
