@@ -19,6 +19,8 @@ import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ipybox.gentools.create import template_dir
+
 #: System directories the kernel and the programs it starts need: binaries, libraries and
 #: configuration. What in them is not readable by every user (`/etc/shadow`, host keys, TLS
 #: private keys) stays hidden, also from a kernel run as root: see `hidden_system()`.
@@ -140,9 +142,17 @@ def import_paths(env: Mapping[str, str]) -> list[str]:
 
 
 def readable(extra: Iterable[str] = ()) -> list[str]:
-    """Every path a kernel reads under the default policy, besides what it may write."""
+    """Every path a kernel reads under the default policy, besides what it may write: also
+    ipybox's own data outside its package in a source checkout (the gentools template)."""
     system = [p for p in SYSTEM_DIRS if os.path.lexists(p)]
-    return [*system, *python_paths(extra)]
+    return [*system, *python_paths(extra), *_ipybox_data()]
+
+
+def _ipybox_data() -> list[str]:
+    try:
+        return [str(template_dir())]
+    except FileNotFoundError:
+        return []
 
 
 def hidden_credentials() -> list[str]:
