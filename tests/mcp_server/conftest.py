@@ -10,7 +10,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,23 @@ def start_http_ipybox(
         process.wait()
         pytest.fail(f"ipybox {problem}:\n{log_file.read_text()[-3000:]}")
     return process, f"http://127.0.0.1:{port}/mcp"
+
+
+@contextlib.contextmanager
+def running_http_ipybox(
+    workspace: Path, state_dir: Path, log_file: Path, args: Sequence[str] = ()
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`start_http_ipybox`, stopped (SIGTERM, then SIGKILL after 15 s) when the block ends."""
+    process, url = start_http_ipybox(workspace, state_dir, log_file, args=args)
+    try:
+        yield process, url
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def sigterm_survivors(

@@ -22,7 +22,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult, InputRequiredResult
 from servers.launch import REPO
 
-from .conftest import start_http_ipybox, text_of
+from .conftest import running_http_ipybox, text_of
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -51,16 +51,11 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     workspace.mkdir()
     tokens = base / "tokens"
     tokens.write_text(f"alice {TOKENS['alice']}\n# a hashed one\nbob sha256:{_sha256(TOKENS['bob'])}\n")
-    process, url = start_http_ipybox(workspace, state, base / "log", args=["--auth-tokens", str(tokens)])
-    try:
+    with running_http_ipybox(workspace, state, base / "log", args=["--auth-tokens", str(tokens)]) as (
+        process,
+        url,
+    ):
         yield Team(url, workspace, process)
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @dataclass

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from .conftest import start_http_ipybox
+from .conftest import running_http_ipybox
 from .test_clients import connect, output
 
 pytestmark = pytest.mark.timeout(90)
@@ -43,16 +42,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (base / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
     (base / "ws").mkdir()
     args = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwks", str(base / "jwks.json")]
-    process, url = start_http_ipybox(base / "ws", base / "state", base / "log", args=args)
-    try:
+    with running_http_ipybox(base / "ws", base / "state", base / "log", args=args) as (_, url):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 async def test_valid_token_gets_its_own_kernel(server: str) -> None:
