@@ -104,16 +104,25 @@ def _get_tree(fd: int, path: Path, target: Path) -> None:
             (target / entry.name).unlink(missing_ok=True)
             (target / entry.name).symlink_to(os.readlink(entry.name, dir_fd=fd))
         elif entry.is_dir(follow_symlinks=False):
+            _drop_link(target / entry.name)
             with _safe_fs.subdir(fd, entry.name, path / entry.name) as sub:
                 _get_tree(sub, path / entry.name, target / entry.name)
         else:
+            _drop_link(target / entry.name)
             _get_file(fd, entry.name, path / entry.name, target / entry.name)
+
+
+def _drop_link(target: Path) -> None:
+    """A link an earlier download copied from the kernel is replaced, never written through."""
+    if target.is_symlink():
+        target.unlink()
 
 
 def _get_file(fd: int, name: str, path: Path, target: Path) -> None:
     with _safe_fs.open_regular(fd, name, path) as f:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("wb") as out:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(target, flags, 0o666), "wb") as out:
             shutil.copyfileobj(f, out, CHUNK)
 
 

@@ -3,6 +3,7 @@ download(), which run outside the kernel and its sandbox, touch files the kernel
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,25 @@ async def test_plain_upload_and_download_still_work(executor: CodeExecutor, tmp_
     assert (await executor.execute("print(open('sub/in.txt').read())")).text == "hello"
     await executor.download("sub", tmp_path / "back")
     assert (tmp_path / "back" / "in.txt").read_text() == "hello"
+
+
+async def test_a_second_download_never_writes_through_a_link_the_first_copied(
+    executor: CodeExecutor, tmp_path: Path
+) -> None:
+    """The kernel links out/cfg to a host directory, then makes cfg a directory: the second
+    download replaces the copied link instead of writing into the directory it names."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    await executor.execute(
+        f"import os\nos.makedirs('out', exist_ok=True)\nos.symlink({str(victim)!r}, 'out/cfg')"
+    )
+    await executor.download("out", tmp_path / "got")
+    assert (tmp_path / "got" / "cfg").is_symlink()
+    await executor.execute(
+        "os.remove('out/cfg')\nos.mkdir('out/cfg')\nopen('out/cfg/authorized_keys', 'w').write('attacker')\n"
+        "open('out/note', 'w').write('x')"
+    )
+    await executor.download("out", tmp_path / "got")
+    assert not os.listdir(victim)
+    assert (tmp_path / "got" / "cfg" / "authorized_keys").read_text() == "attacker"
+    assert not (tmp_path / "got" / "cfg").is_symlink()
