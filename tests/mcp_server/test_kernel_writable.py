@@ -9,7 +9,9 @@ responsive.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -99,13 +101,21 @@ async def _wait_swapped(box: Ipybox, target: str) -> None:
     assert int(out) > 0
 
 
+@contextlib.asynccontextmanager
+async def _swapping_ipybox(
+    workspace: Path, state_dir: Path, tmp_path: Path
+) -> AsyncIterator[tuple[Ipybox, dict[str, str]]]:
+    """`ipybox --sandbox` whose kernel runs the file-swapping thread, and the swap targets."""
+    require_sandbox()
+    async with open_ipybox(workspace, state_dir, args=["--sandbox"]) as box:
+        assert await box.output(_SWAPPER) == "armed"
+        yield box, _targets(tmp_path)
+
+
 async def test_images_come_from_memory_not_the_swapped_files(
     workspace: Path, state_dir: Path, tmp_path: Path
 ) -> None:
-    require_sandbox()
-    targets = _targets(tmp_path)
-    async with open_ipybox(workspace, state_dir, args=["--sandbox"]) as box:
-        assert await box.output(_SWAPPER) == "armed"
+    async with _swapping_ipybox(workspace, state_dir, tmp_path) as (box, targets):
         assert await box.output(_ON_CLOSE) == "watching"
         for variant, target in targets.items():
             await box.output(f"SWAP.update(target={target!r})")
@@ -122,10 +132,7 @@ async def test_images_come_from_memory_not_the_swapped_files(
 async def test_registration_reply_is_built_from_memory(
     workspace: Path, state_dir: Path, tmp_path: Path
 ) -> None:
-    require_sandbox()
-    targets = _targets(tmp_path)
-    async with open_ipybox(workspace, state_dir, args=["--sandbox"]) as box:
-        assert await box.output(_SWAPPER) == "armed"
+    async with _swapping_ipybox(workspace, state_dir, tmp_path) as (box, targets):
         for variant, target in targets.items():
             await box.output(f"SWAP.update(glob='mcptools/everything/*.py', target={target!r})")
             reply = await box.register("everything", EVERYTHING)
