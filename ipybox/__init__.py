@@ -6,8 +6,9 @@ The public names are imported lazily so that kernel code importing a generated t
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ipybox._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from ipybox._version import __version__
@@ -63,7 +64,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'ipybox' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ipybox.kernel_mgr.backend import KernelBackend, KernelSettings, ToolEndpoint
-from ipybox.kernel_mgr.backends import backend_for
+from ipybox._service import Service
+from ipybox.kernel_mgr.backend import KernelBackend, KernelSettings, ToolEndpoint, backend_for
 from ipybox.kernel_mgr.cell import (
     Cell,
     CellOutput,
@@ -31,7 +31,7 @@ __all__ = ["CodeExecutionChunk", "CodeExecutionError", "CodeExecutionResult", "C
 logger = logging.getLogger(__name__)
 
 
-class CodeExecutor:
+class CodeExecutor(Service):
     """Executes Python code in a stateful IPython kernel whose MCP tool calls need approval.
 
     The kernel runs in a subprocess (optionally sandboxed) with the caller's working
@@ -151,13 +151,6 @@ class CodeExecutor:
         self._cells: weakref.WeakSet[Cell] = weakref.WeakSet()
         if log_level is not None:  # a library leaves logging alone unless asked
             logging.getLogger("ipybox").setLevel(log_level)
-
-    async def __aenter__(self) -> CodeExecutor:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     @property
     def tool_server(self) -> ToolServer:

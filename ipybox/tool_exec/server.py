@@ -8,10 +8,11 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ipybox._service import Service
 from ipybox.mcp_client import placeholders
 from ipybox.mcp_client.placeholders import PlaceholderError, Placeholders
 from ipybox.tool_exec import registry
@@ -32,7 +33,7 @@ SHELL_KINDS = ("shell", "shell_magic")
 _REJECTED = "rejected by the application"  # unless the rejection says why
 
 
-class ToolServer:
+class ToolServer(Service):
     """Executes MCP tools on behalf of kernel code, outside the kernel and its sandbox.
 
     It listens on a unix socket (`path`) and/or TCP (`host`, `port`) for one-line JSON
@@ -64,11 +65,11 @@ class ToolServer:
         servers: Mapping[str, Mapping[str, Any]] | None = None,
         call_timeout: float | None = None,
         audit_log: Path | None = None,
+        module_dirs: Iterable[Path] = (),
         workspace: Path | None = None,
         allow_env: Iterable[str] | None = None,
         placeholder_env: Mapping[str, str] | None = None,
         token: str | None = None,
-        module_dirs: Iterable[Path] = (),
     ) -> None:
         self.host, self.port = host, port
         self.token = token or secrets.token_urlsafe(32)
@@ -87,13 +88,6 @@ class ToolServer:
         if log_to_stderr:  # a standalone server; embedded in an application, logging is the app's
             logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
             logging.getLogger("ipybox.tool_exec").setLevel(log_level)
-
-    async def __aenter__(self) -> ToolServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def start(self) -> None:
         """Start listening. Raises `RuntimeError` if already running."""
@@ -187,7 +181,9 @@ class ToolServer:
             decision = "auto" if self.approval.is_automatic() else ("accepted" if accepted else "rejected")
             if not accepted:
                 raise ToolCallError(f"Tool call {call} was {reason or _REJECTED}.", rejected=True)
-            encoded = await self._call(server_name, server_params, tool_name, tool_args, env)
+            encoded = await _settled(
+                call, self._pool.call(server_name, server_params, tool_name, tool_args, env)
+            )
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
             message = placeholders.redact(str(e), secrets)
@@ -226,27 +222,6 @@ class ToolServer:
         self._audit(**record, decision=decision, outcome="ok" if accepted else "error")
         if not accepted:
             raise ToolCallError(f"Shell command {cmd!r} was {reason or _REJECTED}.", rejected=True)
-
-    async def _call(
-        self,
-        server_name: str,
-        server_params: Mapping[str, Any],
-        tool_name: str,
-        tool_args: dict[str, Any],
-        env: Mapping[str, str],
-    ) -> dict[str, Any]:
-        try:
-            result = await self._pool.call(server_name, server_params, tool_name, tool_args, env)
-        except ToolCallError:
-            raise
-        except Exception as e:
-            raise ToolCallError(
-                f"Tool call {server_name}.{tool_name} failed: {type(e).__name__}: {e}"
-            ) from None
-        encoded = encode_result(result)
-        if result.is_error:
-            raise ToolCallError(encoded["text"] or f"Tool {tool_name!r} reported an error without a message.")
-        return encoded
 
     def _audit(self, **fields: Any) -> None:
         if self.audit is None:
@@ -304,6 +279,20 @@ class ToolServer:
             error=error,
         )
         return error
+
+
+async def _settled(call: str, pending: Awaitable[CallToolResult]) -> dict[str, Any]:
+    """The encoded result of the tool call `pending`; its failures as `ToolCallError`s naming `call`."""
+    try:
+        result = await pending
+    except ToolCallError:
+        raise
+    except Exception as e:
+        raise ToolCallError(f"Tool call {call} failed: {type(e).__name__}: {e}") from None
+    encoded = encode_result(result)
+    if result.is_error:
+        raise ToolCallError(encoded["text"] or f"Tool call {call} reported an error without a message.")
+    return encoded
 
 
 def encode_result(result: CallToolResult) -> dict[str, Any]:

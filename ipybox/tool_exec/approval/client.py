@@ -7,27 +7,22 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 
+@dataclass(eq=False, match_args=False)
 class ApprovalRequest:
     """A tool call waiting for the application's decision: call `accept()` or `reject()`."""
 
-    def __init__(
-        self,
-        server_name: str,
-        tool_name: str,
-        tool_args: dict[str, Any],
-        respond: Callable[[bool], Awaitable[None]],
-    ) -> None:
-        self.server_name = server_name
-        self.tool_name = tool_name
-        self.tool_args = tool_args
-        self._respond = respond
-        #: Why the call was refused, if `reject()` said: the calling code's error gives it.
-        self.rejection: str | None = None
+    server_name: str
+    tool_name: str
+    tool_args: dict[str, Any]
+    _respond: Callable[[bool], Awaitable[None]]
+    #: Why the call was refused, if `reject()` said: the calling code's error gives it.
+    rejection: str | None = field(default=None, init=False)
 
     __match_args__ = ("server_name", "tool_name", "tool_args")
 
@@ -71,8 +66,8 @@ class ApprovalClient:
         self._callback = callback
         self._host, self._port, self._path = host, port, path
         self._token = token
-        self._writer: asyncio.StreamWriter | None = None
-        self._task: asyncio.Task[None] | None = None
+        #: The connection and the task serving it, while connected.
+        self._session: tuple[asyncio.StreamWriter, asyncio.Task[None]] | None = None
 
     async def __aenter__(self) -> ApprovalClient:
         await self.connect()
@@ -93,8 +88,7 @@ class ApprovalClient:
         if not answer.get("ok"):
             writer.close()
             raise ConnectionRefusedError(answer.get("error", "approval channel refused the connection"))
-        self._writer = writer
-        self._task = asyncio.create_task(self._serve(reader, writer))
+        self._session = writer, asyncio.create_task(self._serve(reader, writer))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         lock = asyncio.Lock()
@@ -114,11 +108,11 @@ class ApprovalClient:
 
     async def disconnect(self) -> None:
         """Disconnect; pending requests on the server side fail."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-            self._task = None
+        if self._session is None:
+            return
+        writer, task = self._session
+        self._session = None
+        writer.close()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
