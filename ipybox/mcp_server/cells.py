@@ -7,10 +7,11 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, cast
 
+import anyio
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequest, InputResponses
 
 from ipybox.code_exec import CodeExecutionChunk, CodeExecutionResult, CodeExecutor
@@ -53,7 +54,6 @@ class CellRun:
         self.asking: dict[str, ApprovalRequest] = {}
         self.round = 0
         self._decide, self._audit = decide, audit
-        self._executor: CodeExecutor | None = None
         self._task = asyncio.create_task(self._drive(kernel, code, timeout))
 
     async def _drive(
@@ -61,21 +61,26 @@ class CellRun:
     ) -> None:
         try:
             async with kernel as (executor, self.kernel_notice):
-                self._executor = executor
                 auto = self._decide is None
-                async for item in executor.stream(code, timeout=timeout, chunks=True, auto_approve=auto):
-                    if isinstance(item, CodeExecutionResult):
-                        self.outcome = item
-                    elif isinstance(item, ApprovalRequest):
-                        await self._route(item)
-                    else:
-                        self.events.put_nowait(item)
+                # an async generator, typed as an iterator
+                stream = cast(
+                    AsyncGenerator[Event, None],
+                    executor.stream(code, timeout=timeout, chunks=True, auto_approve=auto),
+                )
+                async with contextlib.aclosing(stream):  # closed at once when cancelled: the kernel is freed
+                    async for item in stream:
+                        if isinstance(item, CodeExecutionResult):
+                            self.outcome = item
+                        elif isinstance(item, ApprovalRequest):
+                            await self._route(item)
+                        else:
+                            self.events.put_nowait(item)
+        except asyncio.CancelledError:  # cancel(): interrupted, without a result
+            self.outcome = None
+            raise
         except BaseException as e:  # reported to whoever follows the run
             self.outcome = e
-            if isinstance(e, asyncio.CancelledError):
-                raise
         finally:
-            self._executor = None
             self.events.put_nowait(DONE)
 
     async def _route(self, request: ApprovalRequest) -> None:
@@ -122,16 +127,17 @@ class CellRun:
             await self.decide(request, accepted, by, DECLINED)
 
     async def cancel(self) -> None:
-        """Interrupt the cell (the kernel keeps its state) and wait for the run to end."""
+        """Interrupt the cell (the kernel keeps its state) and wait for the run to end.
+
+        Only this run's cell: another one already queued for the same kernel (the next call of
+        the client that gave up on this one, say) is left alone.
+        """
         if self._task.done():
             return
         for request in self.asking.values():
             await request.reject()
         self.asking.clear()
-        if self._executor is not None:
-            await self._executor.cancel()
-        else:
-            self._task.cancel()
+        self._task.cancel()
         with contextlib.suppress(BaseException):
             await self._task
 
@@ -185,6 +191,48 @@ class ParkedRuns:
         for handle in self._expiry.values():
             handle.cancel()
         await asyncio.gather(*(run.cancel() for run in runs), *self._cancelling, return_exceptions=True)
+
+
+#: Seconds between checks that the HTTP client of a running cell is still connected.
+CLIENT_CHECK = 0.5
+
+
+@contextlib.asynccontextmanager
+async def interrupted_if_client_leaves(run: CellRun, request: object) -> AsyncIterator[None]:
+    """Interrupt `run`, and cancel the block, once the HTTP client that sent `request` disconnects.
+
+    On the handshake era the SDK goes on serving a request whose connection dropped (a client could
+    resume it from an event store; ipybox keeps none, so nobody ever would): without this, a
+    vanished client's cell would hold its kernel to the end. The block is cancelled (and the
+    cancellation swallowed) when this happens. Without an HTTP request (stdio) nothing is watched.
+    """
+    is_disconnected = getattr(request, "is_disconnected", None)
+    if is_disconnected is None:
+        yield
+        return
+    with anyio.CancelScope() as scope:
+        left = asyncio.Event()
+        watcher = asyncio.create_task(_interrupt_when_gone(run, is_disconnected, scope, left))
+        try:
+            yield
+        finally:
+            if not left.is_set():
+                watcher.cancel()
+            with anyio.CancelScope(shield=True):  # an interruption under way is seen through
+                await asyncio.wait([watcher])
+
+
+async def _interrupt_when_gone(
+    run: CellRun, is_disconnected: Callable[[], Any], scope: anyio.CancelScope, left: asyncio.Event
+) -> None:
+    while True:  # polled: starlette offers no awaitable for a disconnect
+        if await is_disconnected():
+            break
+        await asyncio.sleep(CLIENT_CHECK)
+    left.set()
+    logger.info("the client of a running cell disconnected: interrupting the cell")
+    await run.cancel()
+    scope.cancel()  # what the request still waits for (an elicitation, say) never comes
 
 
 async def events(run: CellRun, heartbeat: float) -> AsyncIterator[Event | None]:

@@ -22,7 +22,16 @@ from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecuti
 from ipybox.mcp_apigen import generate_mcp_sources
 from ipybox.mcp_connect import PlaceholderError, placeholder_names
 from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
-from ipybox.mcp_server.cells import DECLINED, DONE, CellRun, Decider, ParkedRuns, events, pending_approvals
+from ipybox.mcp_server.cells import (
+    DECLINED,
+    DONE,
+    CellRun,
+    Decider,
+    ParkedRuns,
+    events,
+    interrupted_if_client_leaves,
+    pending_approvals,
+)
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool, check_kernel_name
 from ipybox.mcp_server.output import truncate
@@ -132,7 +141,9 @@ class Tools:
         else:
             run = self._start(code, ctx, who, kernel, timeout, max_output_chars)
             await self.parked.abandon(who, kernel)
-        return await self._follow(run, ctx, max_output_chars)
+        async with interrupted_if_client_leaves(run, ctx.request_context.request):
+            return await self._follow(run, ctx, max_output_chars)
+        raise ToolError("The client disconnected, so the cell was interrupted.")
 
     def _start(
         self, code: str, ctx: Context[Any, Any], who: str, kernel: str, timeout: float, max_output_chars: int
