@@ -7,13 +7,19 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import re
+import urllib.error
 from pathlib import Path
 from typing import Any
 
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 
+logger = logging.getLogger(__name__)
+
+#: Seconds to wait for an identity provider's JWKS.
+JWKS_TIMEOUT = 10.0
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -74,8 +80,10 @@ class JwtVerifier:
         self.issuer, self.audience = issuer, audience
         self._client: jwt.PyJWKClient | None = None
         self._keys: jwt.PyJWKSet | None = None
+        self._jwks = jwks
         if jwks.startswith(("https://", "http://")):
-            self._client = jwt.PyJWKClient(jwks, cache_keys=True)
+            _check_jwks_url(jwks)
+            self._client = jwt.PyJWKClient(jwks, cache_keys=True, timeout=JWKS_TIMEOUT)
         else:
             try:
                 self._keys = jwt.PyJWKSet.from_json(Path(jwks).expanduser().read_text())
@@ -113,13 +121,45 @@ class JwtVerifier:
         import jwt
 
         if self._client is not None:
-            return self._client.get_signing_key_from_jwt(token).key
+            try:
+                return self._client.get_signing_key_from_jwt(token).key
+            except (jwt.PyJWKClientConnectionError, ValueError) as e:  # the provider, not the token
+                problem = _jwks_problem(e)
+                logger.warning("refusing a JWT: cannot fetch the JWKS from %s: %s", self._jwks, problem)
+                raise
         assert self._keys is not None
         kid = jwt.get_unverified_header(token).get("kid")
         keys = [k for k in self._keys.keys if kid is None or k.key_id == kid]
         if not keys:
             raise KeyError(kid)
         return keys[0].key
+
+
+def _check_jwks_url(url: str) -> None:
+    """Refuse to start with a JWKS URL that does not serve signing keys (ValueError naming the cause)."""
+    import jwt
+
+    try:
+        jwt.PyJWKClient(url, cache_jwk_set=False, timeout=JWKS_TIMEOUT).get_signing_keys()
+    except (jwt.PyJWTError, ValueError) as e:
+        raise ValueError(
+            f"--jwks {url}: {_jwks_problem(e)}; check the URL and that the identity provider is reachable "
+            "from here"
+        ) from None
+
+
+def _jwks_problem(error: Exception) -> str:
+    """Why a JWKS could not be had, in words for the operator."""
+    cause = error.__cause__
+    if isinstance(cause, urllib.error.HTTPError):
+        return f"it answered HTTP {cause.code} {cause.reason}"
+    if isinstance(cause, urllib.error.URLError):
+        return f"cannot connect ({cause.reason})"
+    if isinstance(cause, TimeoutError):
+        return f"no answer within {JWKS_TIMEOUT:g} s"
+    if isinstance(error, json.JSONDecodeError):
+        return f"its answer is not JSON ({error})"
+    return f"no usable signing keys there ({error})"
 
 
 def auth_settings(resource_url: str, issuer: str | None) -> AuthSettings:
