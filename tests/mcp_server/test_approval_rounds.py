@@ -36,6 +36,8 @@ def add(text):
 with ThreadPoolExecutor(3) as pool:
     print("\\n".join(pool.map(add, TEXTS)))
 """
+#: A read-only call (run unasked) that starts the kernel and its connection to the notes server.
+WARM_UP = "from mcptools.notes import count_notes\nprint(count_notes.run(count_notes.Params()).result)"
 _ASKED_TEXT = re.compile(r'"text": "([^"]+)"')
 
 
@@ -51,7 +53,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """ipybox over HTTP on loopback (one principal), asking the user about every writing tool call,
-    with the notes server registered and its connection warmed up by a read-only call."""
+    with the notes server registered."""
     base = tmp_path_factory.mktemp("rounds")
     (base / "ws").mkdir()
     notes = base / "notes.txt"
@@ -99,8 +101,7 @@ async def test_concurrent_calls_are_asked_in_one_round(server: Server) -> None:
     texts = ["round-a", "round-b", "round-c"]
     accept = {"round-a", "round-c"}
     async with connect(server.url, None, "auto", _unused_user) as client:  # type: ignore[arg-type]
-        warm = "from mcptools.notes import count_notes\nprint(count_notes.run(count_notes.Params()).result)"
-        await output(client, warm, kernel="rounds")  # read-only: runs unasked; the kernel is ready
+        await output(client, WARM_UP, kernel="rounds")
         first = await client.session.call_tool(
             "execute_ipython_cell",
             {"code": _cell(texts), "kernel": "rounds", "timeout": 2},
@@ -159,10 +160,13 @@ async def test_handshake_era_asks_each_call(server: Server) -> None:
     async def user(context: Any, params: ElicitRequestParams) -> ElicitResult:
         text = _asked_text(ElicitRequest(params=params))
         asked.append(text)
+        if len(asked) == 1:
+            await asyncio.sleep(3)  # the first answer takes longer than the cell's 2 s timeout
         return _answer(text != "legacy-b")
 
     async with connect(server.url, None, "legacy", user) as client:  # type: ignore[arg-type]
-        out = await output(client, _cell(texts), kernel="legacy")
+        await output(client, WARM_UP, kernel="legacy")
+        out = await output(client, _cell(texts), kernel="legacy", timeout=2)
     assert sorted(asked) == texts  # each call asked once
     assert out.splitlines() == [
         "legacy-a added",
