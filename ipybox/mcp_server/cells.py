@@ -248,16 +248,36 @@ async def events(run: CellRun, heartbeat: float) -> AsyncIterator[Event | None]:
             return
 
 
-def pending_approvals(run: CellRun, first: ApprovalRequest) -> list[ApprovalRequest]:
-    """`first` and every other tool call already waiting, to ask in one round (other events are kept)."""
+#: After a tool call to ask about, how long to wait for more made with it, to ask them in one
+#: round: until none came for BATCH_QUIET s, and at most BATCH_LIMIT s in all.
+BATCH_QUIET = 0.05
+BATCH_LIMIT = 0.5
+
+
+async def pending_approvals(run: CellRun, first: ApprovalRequest) -> list[ApprovalRequest]:
+    """`first` and the other tool calls made with it, to ask in one round (other events are kept)."""
+    loop = asyncio.get_running_loop()
+    limit = loop.time() + BATCH_LIMIT
+    quiet = loop.time() + BATCH_QUIET
     batch: list[ApprovalRequest] = [first]
     kept: list[Event] = []
-    while not run.events.empty():
-        item = run.events.get_nowait()
+    while True:
+        if not run.events.empty():  # already there: taken even past the limit, so none is reordered
+            item = run.events.get_nowait()
+        elif (wait := min(quiet, limit) - loop.time()) > 0:
+            try:
+                item = await asyncio.wait_for(run.events.get(), wait)
+            except TimeoutError:
+                break
+        else:
+            break
         if isinstance(item, ApprovalRequest):
             batch.append(item)
+            quiet = loop.time() + BATCH_QUIET
         else:
             kept.append(item)
+            if item is DONE:
+                break
     for item in kept:
         run.events.put_nowait(item)
     return batch

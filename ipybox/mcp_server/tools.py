@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import logging
@@ -216,8 +215,7 @@ class Tools:
                         await _stream_to_client(ctx, text, progress)
                 elif isinstance(item, ApprovalRequest):
                     if modern:
-                        await asyncio.sleep(0.05)  # let calls made together arrive, to ask in one round
-                        requests = run.input_requests(pending_approvals(run, item))
+                        requests = run.input_requests(await pending_approvals(run, item))
                         self.parked.park(run)
                         parked = True
                         return InputRequiredResult(input_requests=requests, request_state=run.id)
