@@ -37,10 +37,10 @@ def _key() -> rsa.RSAPrivateKey:
 KEY, OTHER_KEY = _key(), _key()
 
 
-def token(key: Any = KEY, **claims: Any) -> str:
+def token(key: Any = KEY, kid: str = "k1", **claims: Any) -> str:
     now = int(time.time())
     payload = {"iss": ISSUER, "aud": AUDIENCE, "sub": "carol", "iat": now, "exp": now + 600} | claims
-    return jwt.encode(payload, key, algorithm="RS256", headers={"kid": "k1"})
+    return jwt.encode(payload, key, algorithm="RS256", headers={"kid": kid})
 
 
 def _jwks() -> str:
@@ -116,6 +116,7 @@ async def test_valid_token_gets_its_own_kernel(server: str) -> None:
         token(iss="https://evil.example.com"),
         token(exp=int(time.time()) - 60),
         token(OTHER_KEY),
+        token(OTHER_KEY, kid="k2"),
         jwt.encode(
             {"iss": ISSUER, "aud": AUDIENCE, "sub": "carol", "exp": 4102444800}, None, algorithm="none"
         ),
@@ -124,7 +125,17 @@ async def test_valid_token_gets_its_own_kernel(server: str) -> None:
         ),
         token() + "x",
     ],
-    ids=["audience", "no-audience", "issuer", "expired", "other-key", "alg-none", "hs256", "tampered"],
+    ids=[
+        "audience",
+        "no-audience",
+        "issuer",
+        "expired",
+        "other-key",
+        "unknown-key",
+        "alg-none",
+        "hs256",
+        "tampered",
+    ],
 )
 async def test_wrong_tokens_are_refused(server: str, bad: str) -> None:
     response = await _post(server, bad)
