@@ -28,7 +28,7 @@ def plant(**connection):
     client = BlockingKernelClient(**connection)
     client.start_channels()
     try:
-        reply = client.execute_interactive("PLANTED = 'from the other kernel'", timeout=5)
+        reply = client.execute_interactive("PLANTED = 'from the other kernel'", timeout=3)
         return reply['content']['status']
     finally:
         client.stop_channels()
@@ -37,7 +37,7 @@ def raw_ipc():
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(f"ipc://{{spare_info['ip']}}-{{spare_info['shell_port']}}")
     sock.send_multipart([b'<IDS|MSG>', b'', b'{{}}', b'{{}}', b'{{}}', b'{{}}'])
-    if not sock.poll(3000):
+    if not sock.poll(2000):
         raise TimeoutError('no answer')
     return sock.recv_multipart()
 print(_json.dumps({{
