@@ -1,5 +1,6 @@
 """ipybox's MCP server beside a bare `mcp` server doing the same (benchmarks/servers/bare_exec.py:
-one tool that runs code in a jupyter_client kernel), over stdio with the real `mcp` 2.x Client:
+one tool that runs code in a jupyter_client kernel) and the floor of any `mcp` server (a tool
+that runs nothing: benchmarks/servers/no_kernel.py), over stdio with the real `mcp` 2.x Client:
 
 - launch to first answer: spawning the installed console script until `tools/list` answers, and
   until the first `execute_ipython_cell("1+1")` answers (warm: the OS caches are hot);
@@ -24,7 +25,8 @@ from mcp.client.client import Client
 
 REPO = Path(__file__).resolve().parents[1]
 IPYBOX = Path(sys.executable).parent / "ipybox"
-BARE = REPO / "benchmarks" / "servers" / "bare_exec.py"
+SERVERS = REPO / "benchmarks" / "servers"
+SCRIPTS = {"bare": SERVERS / "bare_exec.py", "floor": SERVERS / "no_kernel.py"}
 
 
 def _params(name: str, workspace: Path) -> StdioServerParameters:
@@ -32,7 +34,7 @@ def _params(name: str, workspace: Path) -> StdioServerParameters:
         return StdioServerParameters(
             command=str(IPYBOX), args=["--workspace", str(workspace), "--approval", "auto"]
         )
-    return StdioServerParameters(command=sys.executable, args=[str(BARE)], cwd=str(workspace))
+    return StdioServerParameters(command=sys.executable, args=[str(SCRIPTS[name])], cwd=str(workspace))
 
 
 async def _launch(name: str, workspace: Path) -> tuple[float, float]:
@@ -64,22 +66,22 @@ async def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--starts", type=int, default=5)
     args = parser.parse_args()
-    rows: list[tuple[str, str, str]] = []
+    rows: list[tuple[str, ...]] = []
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp)
-        launch: dict[str, list[tuple[float, float]]] = {"ipybox": [], "bare": []}
+        launch: dict[str, list[tuple[float, float]]] = {"ipybox": [], "bare": [], "floor": []}
         for _ in range(args.starts):
             for name in launch:
                 launch[name].append(await _launch(name, workspace))
         for index, what in ((0, "launch to tools/list (ms)"), (1, "launch to first execute (ms)")):
-            values = [statistics.median(x[index] for x in launch[name]) * 1000 for name in ("ipybox", "bare")]
-            rows.append((what, f"{values[0]:.0f}", f"{values[1]:.0f}"))
+            rows.append(
+                (what, *(f"{statistics.median(x[index] for x in launch[n]) * 1000:.0f}" for n in launch))
+            )
         for mode, era in (("auto", "2026-07-28"), ("legacy", "handshake")):
-            ours = await _round_trips("ipybox", workspace, mode, args.n)
-            bare = await _round_trips("bare", workspace, mode, args.n)
-            rows.append((f"execute_ipython_cell `1+1`, {era}, median (ms)", f"{ours:.2f}", f"{bare:.2f}"))
-    print("| metric | ipybox | bare mcp server |")
-    print("| --- | ---: | ---: |")
+            medians = [await _round_trips(name, workspace, mode, args.n) for name in launch]
+            rows.append((f"execute_ipython_cell `1+1`, {era}, median (ms)", *(f"{m:.2f}" for m in medians)))
+    print("| metric | ipybox | bare mcp server | mcp server, no kernel |")
+    print("| --- | ---: | ---: | ---: |")
     for row in rows:
         print(f"| {' | '.join(row)} |")
 
