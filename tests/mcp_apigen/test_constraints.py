@@ -300,6 +300,7 @@ def test_generated_modules_import_neither_the_generator_nor_the_mcp_sdk(
     assert done.returncode == 0, done.stderr
     assert ast.literal_eval(done.stdout) == [
         "ipybox",
+        "ipybox._lazy",  # the package's lazy exports (importlib alone)
         "ipybox.errors",
         "ipybox.mcp_apigen",
         "ipybox.mcp_apigen.runtime",
