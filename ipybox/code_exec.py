@@ -23,6 +23,7 @@ from ipybox.kernel_mgr.cell import (
     save_images,
 )
 from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.kernel_mgr.spares import SpareKernels
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
 from ipybox.tool_exec.server import ToolServer
 
@@ -45,6 +46,8 @@ class CodeExecutor(Service):
     ...) raises, so they take that path. With `working_dir` given, the kernel starts there and
     a cell that changes directory is moved back after it ends; without, it starts in the current
     directory and a change persists. `approval_timeout=None` waits for decisions for ever.
+    A warm spare kernel makes `reset()` a swap (`spare_kernel`; a `SpareKernels` bounds the
+    spares of several executors together).
 
     Tool servers start only MCP servers registered for `working_dir` or (local kernels) for a
     directory on `kernel_env`'s `PYTHONPATH`; their `${VAR}` placeholders take values from
@@ -78,7 +81,7 @@ class CodeExecutor(Service):
         approve_shell_cmds: bool = False,
         require_shell_escape: bool = False,
         kernel_init_timeout: float = 30,
-        spare_kernel: bool = True,
+        spare_kernel: bool | SpareKernels = True,
         working_dir: Path | None = None,
         audit_log: Path | None = None,
         limits: ResourceLimits | None = None,

@@ -51,6 +51,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     workspace = _workspace(args)
     from ipybox.kernel_mgr.gateway import gateway_option_problem
     from ipybox.mcp_server import ApprovalPolicy, ServerOptions, create_server
+    from ipybox.mcp_server.auth import LocalToken
     from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
 
     approval = ApprovalPolicy.parse(args.approval)  # files named relative to where ipybox started
@@ -81,12 +82,19 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         approval=approval,
         kernel_idle_timeout=args.kernel_idle_timeout,
         max_kernels=args.max_kernels,
+        spare_kernels=args.spare_kernels,
         shared_workspace=args.shared_workspace,
     )
     server = create_server(options, token_verifier=verifier, auth=auth)
     if args.transport == "stdio":
         return server, lambda s: s.run("stdio")
-    return server, lambda s: s.run("streamable-http", host=args.host, port=args.port)
+
+    def serve(s: Any) -> None:
+        if isinstance(verifier, LocalToken):
+            _announce_token(verifier, _public_url(args))
+        s.run("streamable-http", host=args.host, port=args.port)
+
+    return server, serve
 
 
 def _workspace(args: argparse.Namespace) -> Path:
@@ -105,6 +113,8 @@ def _workspace(args: argparse.Namespace) -> Path:
             raise ValueError(f"--sandbox-config: file not found: {args.sandbox_config}")
     if args.max_kernels < 1:
         raise ValueError(f"--max-kernels must be at least 1, got {args.max_kernels}")
+    if args.spare_kernels < 0:
+        raise ValueError(f"--spare-kernels must be 0 or more, got {args.spare_kernels}")
     return workspace
 
 
@@ -131,7 +141,7 @@ _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 def _authentication(args: argparse.Namespace) -> tuple[Any, Any]:
     """The token verifier and auth settings the options ask for (None, None without any)."""
-    from ipybox.mcp_server.auth import JwtVerifier, TokenFile, auth_settings
+    from ipybox.mcp_server.auth import JwtVerifier, LocalToken, TokenFile, auth_settings, local_token_file
 
     jwt_options = (args.jwt_issuer, args.jwt_audience, args.jwks)
     if any(jwt_options) and not all(jwt_options):
@@ -139,25 +149,68 @@ def _authentication(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.auth_tokens and all(jwt_options):
         raise ValueError("choose one of --auth-tokens and the --jwt-* options")
     if args.transport == "stdio":
-        if args.auth_tokens or all(jwt_options):
+        if args.auth_tokens or all(jwt_options) or args.no_auth:
             raise ValueError("authentication applies to --transport streamable-http; stdio has one user")
         return None, None
+    if args.no_auth and (args.auth_tokens or all(jwt_options)):
+        raise ValueError("--no-auth contradicts --auth-tokens and the --jwt-* options: choose one")
     verifier: Any = None
     if args.auth_tokens:
         verifier = TokenFile(args.auth_tokens.expanduser())
     elif all(jwt_options):
         verifier = JwtVerifier(args.jwt_issuer, args.jwt_audience, args.jwks)
-    if verifier is None:
+    elif args.no_auth:
         if args.host not in _LOOPBACK:
             raise ValueError(
-                f"refusing to serve {args.host} without authentication: anyone who reaches the port could "
-                "run code as this user. Add --auth-tokens FILE (or --jwt-issuer/--jwt-audience/--jwks), "
-                "or listen on 127.0.0.1"
+                f"refusing --no-auth on {args.host}: anyone who reaches the port could run code as this "
+                "user. Drop --no-auth (ipybox then makes a token and prints how to send it), add "
+                "--auth-tokens FILE (or --jwt-issuer/--jwt-audience/--jwks), or listen on 127.0.0.1"
             )
         return None, None
+    elif args.host not in _LOOPBACK:
+        raise ValueError(
+            f"refusing to serve {args.host} with only ipybox's own token: give each user a token with "
+            "--auth-tokens FILE (or use --jwt-issuer/--jwt-audience/--jwks), or listen on 127.0.0.1"
+        )
+    else:
+        verifier = LocalToken(local_token_file())
+    _refuse_shared_trust(args, verifier)
+    return verifier, auth_settings(_public_url(args), args.jwt_issuer)
+
+
+def _public_url(args: argparse.Namespace) -> str:
     host = f"[{args.host}]" if ":" in args.host else args.host
-    url = args.public_url or f"http://{host}:{args.port}/mcp"
-    return verifier, auth_settings(url, args.jwt_issuer)
+    return str(args.public_url or f"http://{host}:{args.port}/mcp")
+
+
+def _refuse_shared_trust(args: argparse.Namespace, verifier: Any) -> None:
+    """Several users without `--sandbox` read each other's secrets, unless the operator said that is fine."""
+    from ipybox.mcp_server.auth import JwtVerifier, TokenFile
+
+    names = verifier.names if isinstance(verifier, TokenFile) else set()
+    several = isinstance(verifier, JwtVerifier) or len(names) > 1
+    if several and not args.sandbox and not args.shared_trust:
+        who = "JWTs of many users" if isinstance(verifier, JwtVerifier) else "several users in --auth-tokens"
+        raise ValueError(
+            f"refusing {who} without --sandbox: every user's kernels would run as this operating-system "
+            "user, so any user's code could read the others' workspaces (WORKSPACE/users/NAME, their .env "
+            "secrets) and their kernels' environments (/proc/PID/environ). Add --sandbox, which confines "
+            "each user's kernels to their own workspace and hides other users' processes; or add "
+            "--shared-trust if these users may see each other's files and secrets"
+        )
+
+
+def _announce_token(verifier: Any, url: str) -> None:
+    """Tell the user, on stderr, how clients send the server's own token."""
+    header = f"Authorization: Bearer {verifier.token}"
+    sys.stderr.write(
+        f"ipybox: serving {url}; clients must send the header\n"
+        f"  {header}\n"
+        f"(the token is kept in {verifier.path}, readable by this user only). Claude Code:\n"
+        f'  claude mcp add --transport http ipybox {url} --header "{header}"\n'
+        f'or in .mcp.json: "headers": {{"Authorization": "Bearer {verifier.token}"}}\n'
+    )
+    sys.stderr.flush()
 
 
 def _check_gateway(url: str, kernel_name: str) -> None:

@@ -224,6 +224,15 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                     "kernels each user may run at once (named with the tools' kernel argument; default: 4)"
                 ),
             },
+            "--spare-kernels": {
+                "type": int,
+                "default": 1,
+                "metavar": "N",
+                "help": (
+                    "warm spare kernels kept for all users together, so that a reset or a crashed kernel "
+                    "swaps instead of starting one; each belongs to one user's kernel (default: 1; 0: none)"
+                ),
+            },
         },
     ),
     "authentication": (
@@ -237,9 +246,25 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                     "sha256:HEX'; NAME is the user (own kernels and workspace WORKSPACE/users/NAME)"
                 ),
             },
+            "--no-auth": {
+                "action": "store_true",
+                "help": (
+                    "serve HTTP clients without a token (loopback only): every local user can then run code "
+                    "as this user. Default: ipybox makes a token, keeps it in a file only this user can "
+                    "read and prints how clients send it"
+                ),
+            },
             "--jwt-issuer": {"metavar": "URL", "help": "JWTs of this issuer (with --jwt-audience, --jwks)"},
             "--jwt-audience": {"metavar": "AUD", "help": "the audience JWTs must name (this server)"},
             "--jwks": {"metavar": "FILE|URL", "help": "the issuer's signing keys (JSON Web Key Set)"},
+            "--shared-trust": {
+                "action": "store_true",
+                "help": (
+                    "let several users (--auth-tokens with more than one NAME, or JWTs) share kernels' "
+                    "operating-system user without --sandbox, so each can read the others' files, .env "
+                    "secrets and kernel environments; without it ipybox refuses that setup"
+                ),
+            },
             "--shared-workspace": {
                 "action": "store_true",
                 "help": (

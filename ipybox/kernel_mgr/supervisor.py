@@ -11,6 +11,7 @@ from ipybox.kernel_mgr.backend import KernelLike
 from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.kernel import KernelDied, KernelReply
 from ipybox.kernel_mgr.output import KernelEvent
+from ipybox.kernel_mgr.spares import SpareKernels
 
 __all__ = ["KernelLike", "KernelSupervisor"]
 
@@ -23,13 +24,15 @@ class KernelSupervisor:
     `factory` makes the (unstarted) kernels: a `KernelBackend`'s, or any that give `KernelLike`s.
     A spare kernel is started in the background after the first one is ready, so that
     `reset()` and recovery from a dead kernel only swap kernels instead of starting one.
+    With `spare` a `SpareKernels`, the spare is kept only while it has a place there.
     """
 
     def __init__(
-        self, factory: Callable[[], KernelLike], spare: bool = True, start_timeout: float = 30
+        self, factory: Callable[[], KernelLike], spare: bool | SpareKernels = True, start_timeout: float = 30
     ) -> None:
         self._new = factory
-        self._spare_enabled = spare
+        self._spare_enabled = spare is not False
+        self._places = spare if isinstance(spare, SpareKernels) else None
         self._start_timeout = start_timeout
         self._started = False
         self._kernel: KernelLike | None = None
@@ -53,7 +56,9 @@ class KernelSupervisor:
         return kernel
 
     def _prepare_spare(self) -> None:
-        if self._spare_enabled and self._spare is None:
+        if not self._spare_enabled or self._spare is not None:
+            return
+        if self._places is None or self._places.take(self):
             self._spare = asyncio.create_task(self._start_kernel())
 
     async def spare_ready(self) -> None:
@@ -111,6 +116,8 @@ class KernelSupervisor:
         kernels = [k for k in (self._kernel,) if k is not None]
         self._kernel = None
         self._started = False
+        if self._places is not None:
+            self._places.give_back(self)
         spare, self._spare = self._spare, None
         if spare is not None:
             if spare.done():

@@ -1,20 +1,26 @@
-"""Bearer-token authentication of HTTP clients: a file of named tokens, or JWTs of an identity
-provider. Each verifier maps a token to its principal (`AccessToken.client_id`)."""
+"""Bearer-token authentication of HTTP clients: the server's own token, a file of named tokens, or
+JWTs of an identity provider. Each verifier maps a token to its principal (`AccessToken.client_id`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
+import os
 import re
+import secrets
+import stat
 import urllib.error
 from pathlib import Path
 from typing import Any
 
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
+
+from ipybox.mcp_server.kernels import LOCAL
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +66,11 @@ class TokenFile:
         if not self._entries:
             raise ValueError(f"the token file {path} has no tokens")
 
+    @property
+    def names(self) -> set[str]:
+        """The users the file names."""
+        return {name for name, _ in self._entries}
+
     async def verify_token(self, token: str) -> AccessToken | None:
         digest = hashlib.sha256(token.encode(errors="surrogatepass")).digest()
         found: str | None = None
@@ -69,6 +80,56 @@ class TokenFile:
         if found is None:
             return None
         return AccessToken(token=token, client_id=found, scopes=[], subject=found)
+
+
+class LocalToken:
+    """The one token of an HTTP server without `--auth-tokens`: made at the first start and kept in
+    `path` (mode 0600, outside any workspace), so that only this operating-system user can connect.
+
+    Whoever presents it is the local principal, the same as over stdio.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.token = _read_or_make_token(path)
+        self._digest = hashlib.sha256(self.token.encode()).digest()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        digest = hashlib.sha256(token.encode(errors="surrogatepass")).digest()
+        if not hmac.compare_digest(digest, self._digest):
+            return None
+        return AccessToken(token=token, client_id=LOCAL, scopes=[], subject=LOCAL)
+
+
+def local_token_file() -> Path:
+    """Where `LocalToken` keeps the token: ipybox's per-user state dir, which sandboxes hide."""
+    from ipybox.tool_exec.registry import state_dir
+
+    return state_dir() / "http-token"
+
+
+def _read_or_make_token(path: Path) -> str:
+    """The token in `path`, made first if missing; ValueError when the file is not this user's alone."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(32) + "\n")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as file:
+            info = os.fstat(file.fileno())
+            token = file.read(1024).strip()
+    except OSError as e:
+        raise ValueError(f"cannot keep the HTTP token in {path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise ValueError(
+            f"the HTTP token file {path} is not a file only this user can read (mode "
+            f"{stat.S_IMODE(info.st_mode):o}, owner uid {info.st_uid}); remove it and start ipybox again"
+        )
+    if len(token) < 32 or not token.isprintable() or " " in token:
+        raise ValueError(f"the HTTP token file {path} holds no usable token; remove it and start ipybox")
+    return token
 
 
 class JwtVerifier:
@@ -171,4 +232,4 @@ def auth_settings(resource_url: str, issuer: str | None) -> AuthSettings:
     )
 
 
-__all__ = ["JwtVerifier", "TokenFile", "TokenVerifier", "auth_settings"]
+__all__ = ["JwtVerifier", "LocalToken", "TokenFile", "TokenVerifier", "auth_settings", "local_token_file"]

@@ -22,8 +22,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from ipybox._version import __version__
 from ipybox.code_exec import CodeExecutionError, CodeExecutor
 from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.kernel_mgr.spares import SpareKernels
 from ipybox.mcp_server import packages
 from ipybox.mcp_server.approval import ApprovalPolicy
+from ipybox.mcp_server.auth import LocalToken
 from ipybox.mcp_server.cells import ParkedRuns
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool
@@ -65,6 +67,8 @@ class ServerOptions:
     approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     kernel_idle_timeout: float | None = 3600
     max_kernels: int = 4
+    #: Warm spare kernels kept for all principals' kernels together (each serves one kernel only).
+    spare_kernels: int = 1
     #: Authenticated principals share WORKSPACE instead of each getting WORKSPACE/users/<name>.
     shared_workspace: bool = False
     #: Seconds a cell waits, paused, for a 2026-07-28 client to answer its approval requests.
@@ -77,9 +81,10 @@ def create_server(
     """Build the ipybox MCP server for a workspace (with `token_verifier` and `auth`: for principals)."""
     homes = Homes(options.workspace, shared=options.shared_workspace, audit_log=options.audit_log)
     executor_options = options.executor
+    spares = SpareKernels(options.spare_kernels)
 
     kernels = KernelPool(
-        functools.partial(_new_executor, homes, executor_options),
+        functools.partial(_new_executor, homes, executor_options, spares),
         idle_timeout=options.kernel_idle_timeout,
         max_kernels=options.max_kernels,
     )
@@ -100,7 +105,7 @@ def create_server(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
-        if token_verifier is None:  # one principal: its kernel can start now
+        if token_verifier is None or isinstance(token_verifier, LocalToken):  # one principal: start now
             kernels.prewarm(LOCAL)
         _close_on_signals(kernels, parked)
         try:
@@ -122,14 +127,17 @@ def create_server(
     return server
 
 
-def _new_executor(homes: Homes, executor_options: ExecutorOptions, principal: str, name: str) -> CodeExecutor:
-    """The executor for a principal's named kernel."""
+def _new_executor(
+    homes: Homes, executor_options: ExecutorOptions, spares: SpareKernels, principal: str, name: str
+) -> CodeExecutor:
+    """The executor for a principal's named kernel; its spare kernel (if any) has a place in `spares`."""
     root = homes.workspace(principal)
     kwargs = {f.name: getattr(executor_options, f.name) for f in fields(executor_options)}
     if (principal, name) != (LOCAL, DEFAULT_KERNEL):  # a fixed port fits one tool server
         kwargs["tool_server_port"] = None
     return CodeExecutor(
         **kwargs,
+        spare_kernel=spares,
         kernel_env=homes.kernel_env(principal),
         images_dir=root / "images",
         working_dir=root,

@@ -15,9 +15,12 @@ OPTIONS = [
     *("--workspace", "--sandbox", "--sandbox-config", "--transport", "--host", "--port", "--log-level"),
     *("--approval", "--approve-shell-cmds", "--kernel-idle-timeout", "--max-kernels", "--auth-tokens"),
     *("--jwt-issuer", "--jwt-audience", "--jwks", "--shared-workspace", "--public-url"),
+    *("--no-auth", "--shared-trust", "--spare-kernels"),
 ]
 
 pytestmark = pytest.mark.timeout(60)
+
+HTTP = ["--transport", "streamable-http"]
 
 
 def ipybox(*args: str, cwd: Path | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -166,6 +169,12 @@ def _free_port() -> int:
         (["--transport", "streamable-http", "--auth-tokens", "none.txt"], ["none.txt", "cannot read"]),
         (["--transport", "streamable-http", "--jwt-issuer", "https://idp"], ["--jwt-audience", "--jwks"]),
         (["--auth-tokens", "tokens"], ["streamable-http"]),
+        (["--no-auth"], ["streamable-http"]),
+        ([*HTTP, "--no-auth", "--host", "0.0.0.0"], ["--no-auth", "0.0.0.0"]),
+        ([*HTTP, "--no-auth", "--host", "::"], ["--no-auth on ::", "127.0.0.1"]),
+        ([*HTTP, "--no-auth", "--auth-tokens", "team"], ["--no-auth", "choose"]),
+        ([*HTTP, "--auth-tokens", "team"], ["several users", "--sandbox", "--shared-trust", "/proc"]),
+        (["--spare-kernels", "-1"], ["--spare-kernels"]),
     ],
 )
 def test_bad_configuration_fails_at_start_with_the_cause(
@@ -174,6 +183,7 @@ def test_bad_configuration_fails_at_start_with_the_cause(
     (tmp_path / "policy.json").write_text("{}")
     (tmp_path / "rules.toml").write_text('[[rule]]\nserver = "github"\naction = "maybe"\n')
     (tmp_path / "tokens").write_text("alice\n")
+    (tmp_path / "team").write_text("alice alice-token-0123456789\nbob bob-token-0123456789\n")
     args = [a.replace("PORT", str(_free_port())) for a in args]
     result = ipybox("--workspace", str(tmp_path / "ws"), *args, cwd=tmp_path)
 

@@ -356,7 +356,7 @@ async def test_mcp_server_over_http_gives_each_session_a_gateway_kernel(
     with log_file.open("w") as log:
         process = subprocess.Popen(  # noqa: ASYNC220 - started once, then awaited by polling
             [*IPYBOX_COMMAND, "--workspace", str(workspace), "--kernel-gateway", gateway.url]
-            + ["--transport", "streamable-http", "--host", "127.0.0.1", "--port", str(port)],
+            + ["--transport", "streamable-http", "--host", "127.0.0.1", "--port", str(port), "--no-auth"],
             env=server_env(tmp_path / "state", **extra),
             stdin=subprocess.DEVNULL,
             stdout=log,

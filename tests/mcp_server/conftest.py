@@ -162,6 +162,11 @@ def start_http_ipybox(
     return process, f"http://127.0.0.1:{port}/mcp"
 
 
+def http_token(state_dir: Path) -> str:
+    """The token an HTTP ipybox without `--auth-tokens` made, from the file it keeps it in."""
+    return (state_dir / "http-token").read_text().strip()
+
+
 @contextlib.contextmanager
 def running_http_ipybox(
     workspace: Path, state_dir: Path, log_file: Path, args: Sequence[str] = ()

@@ -52,15 +52,13 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """ipybox over HTTP on loopback (one principal), asking the user about every writing tool call,
-    with the notes server registered."""
+    """ipybox over HTTP on loopback (one principal, `--no-auth`), asking the user about every writing
+    tool call, with the notes server registered."""
     base = tmp_path_factory.mktemp("rounds")
     (base / "ws").mkdir()
     notes = base / "notes.txt"
-    with running_http_ipybox(base / "ws", base / "state", base / "log", args=["--approval", "ask"]) as (
-        _,
-        url,
-    ):
+    args = ["--approval", "ask", "--no-auth"]
+    with running_http_ipybox(base / "ws", base / "state", base / "log", args=args) as (_, url):
         asyncio.run(_register_notes(url, notes))
         yield Server(url, notes)
 

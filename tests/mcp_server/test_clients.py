@@ -37,7 +37,7 @@ def _sha256(text: str) -> str:
 
 @dataclass
 class Team:
-    """One ipybox over HTTP with a token file of two users."""
+    """One ipybox over HTTP with a token file of two users (unsandboxed: `--shared-trust`)."""
 
     url: str
     workspace: Path
@@ -51,10 +51,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     workspace.mkdir()
     tokens = base / "tokens"
     tokens.write_text(f"alice {TOKENS['alice']}\n# a hashed one\nbob sha256:{_sha256(TOKENS['bob'])}\n")
-    with running_http_ipybox(workspace, state, base / "log", args=["--auth-tokens", str(tokens)]) as (
-        process,
-        url,
-    ):
+    args = ["--auth-tokens", str(tokens), "--shared-trust"]
+    with running_http_ipybox(workspace, state, base / "log", args=args) as (process, url):
         yield Team(url, workspace, process)
 
 

@@ -25,7 +25,7 @@ DROPPED_CLIENT = REPO / "tests" / "servers" / "dropped_client.py"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     base = tmp_path_factory.mktemp("disconnect")
     (base / "ws").mkdir()
-    with running_http_ipybox(base / "ws", base / "state", base / "log") as (_, url):
+    with running_http_ipybox(base / "ws", base / "state", base / "log", args=["--no-auth"]) as (_, url):
         yield url
 
 

@@ -82,8 +82,10 @@ def identity_provider() -> Iterator[str]:
         thread.join()
 
 
-def _jwt_args(jwks: str) -> list[str]:
-    return ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwks", jwks]
+def _jwt_args(jwks: str, *, shared_trust: bool = True) -> list[str]:
+    """JWT options; JWTs are many users, so without --sandbox they need --shared-trust."""
+    trust = ["--shared-trust"] if shared_trust else []
+    return ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwks", jwks, *trust]
 
 
 @pytest.fixture(scope="module", params=["file", "url"])
@@ -170,6 +172,19 @@ def test_jwks_url_without_keys_stops_ipybox_at_start(tmp_path: Path, path: str |
     assert started.returncode == 1
     assert f"--jwks {jwks}: {cause}" in started.stderr, started.stderr
     assert "check the URL" in started.stderr
+
+
+def test_jwts_without_sandbox_or_shared_trust_stop_ipybox_at_start(tmp_path: Path) -> None:
+    """Every subject is a user of its own: without --sandbox they could read each other's secrets."""
+    (tmp_path / "jwks.json").write_text(_jwks())
+    command = [*IPYBOX_COMMAND, "--workspace", str(tmp_path / "ws"), "--transport", "streamable-http"]
+    command += ["--port", str(free_port()), *_jwt_args(str(tmp_path / "jwks.json"), shared_trust=False)]
+    started = subprocess.run(
+        command, env=server_env(tmp_path / "state"), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert started.returncode == 1
+    for words in ("refusing JWTs of many users without --sandbox", "/proc/PID/environ", "--shared-trust"):
+        assert words in started.stderr, started.stderr
 
 
 async def test_jwks_url_gone_after_start_refuses_tokens_and_says_why(tmp_path: Path) -> None:
