@@ -22,7 +22,8 @@ import psutil
 import pytest
 from mcp import ClientSession
 from mcp.types import CallToolResult
-from servers.launch import describe, eventually
+from plugins.conftest import claude
+from servers.launch import NODE_BIN, REPO, describe, eventually
 
 from .conftest import (
     EVERYTHING,
@@ -265,3 +266,40 @@ async def test_spare_kernels_are_one_bounded_pool_across_named_kernels(http_serv
             missing = await session.call_tool("execute_ipython_cell", {"code": "x", "kernel": name})
             assert missing.is_error and "NameError" in text_of(missing)  # type: ignore[arg-type]
             assert await eventually(four, timeout=60), http_server.kernels()
+
+
+def _documented_claude_command() -> str:
+    """The `claude mcp add` block of docs/mcp-server.md, as a user copies it."""
+    doc = (REPO / "docs" / "mcp-server.md").read_text()
+    found = re.search(
+        r"test_claude_code_connects_with_the_documented_command -->\n```bash\n(.*?)```", doc, re.S
+    )
+    assert found is not None
+    return found[1]
+
+
+@requires_node
+def test_claude_code_connects_with_the_documented_command(tmp_path: Path) -> None:
+    """Claude Code's own health check (`claude mcp list`) connects with the header the docs give,
+    reading the token from the default state dir under HOME; without the header it does not."""
+    home = tmp_path / "home"
+    (tmp_path / "ws").mkdir()
+    home.mkdir()
+    process, url = start_http_ipybox(tmp_path / "ws", home / ".local" / "state" / "ipybox", tmp_path / "log")
+    try:
+        command = _documented_claude_command().replace("http://127.0.0.1:8000/mcp", url)
+        env = {"HOME": str(home), "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}"}
+        added = subprocess.run(
+            ["bash", "-e", "-c", command], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert added.returncode == 0, added.stdout + added.stderr
+        listed = claude(home, "mcp", "list")
+        assert f"ipybox: {url} (HTTP) - ✔ Connected" in listed.stdout, listed.stdout + listed.stderr
+        claude(home, "mcp", "remove", "ipybox")
+        bare = claude(home, "mcp", "add", "--transport", "http", "ipybox", url)
+        assert bare.returncode == 0, bare.stderr
+        listed = claude(home, "mcp", "list")
+        assert f"ipybox: {url} (HTTP)" in listed.stdout and "✔ Connected" not in listed.stdout, listed.stdout
+    finally:
+        left = sigterm_survivors(process)
+        assert not left, [describe(p) for p in left]

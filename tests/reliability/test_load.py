@@ -2,7 +2,8 @@
 
 Each executor (and each session) holds a unique token and every output is checked exactly, so
 output, tool results or approval requests that crossed from one to another fail the test. The
-server keys kernels by principal, so each HTTP session authenticates as a user of its own.
+server keys kernels by principal and name: the eight sessions are four users with two named
+kernels each, which share a pool of two warm spares.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ pytestmark = pytest.mark.slow
 
 EXECUTORS = 8
 SESSIONS = 8
+USERS = 4  # two sessions each, on kernels of different names
+SPARES = 2
 #: Tool calls per cell.
 TOOL_BATCH = 10
 #: How often each HTTP session reads its variable back.
@@ -156,7 +159,7 @@ class HttpIpybox:
     process: subprocess.Popen[bytes]
     url: str
     log_file: Path
-    tokens: list[str]  # a bearer token per user, one user per session
+    tokens: list[str]  # a bearer token per user
 
     def kernels(self) -> list[psutil.Process]:
         """The kernel processes the server runs now."""
@@ -170,15 +173,16 @@ class HttpIpybox:
 
 @pytest.fixture
 def http_ipybox(tmp_path: Path) -> Iterator[HttpIpybox]:
-    """`ipybox --transport streamable-http` on a free port with a user per session (`--auth-tokens`);
-    stopped with SIGTERM at teardown."""
+    """`ipybox --transport streamable-http` on a free port with USERS users (`--auth-tokens`, unsandboxed:
+    `--shared-trust`) and SPARES warm spares; stopped with SIGTERM at teardown."""
     workspace, state = tmp_path / "workspace", tmp_path / "state"
     workspace.mkdir()
     log_file = tmp_path / "ipybox-http.log"
-    tokens = [secrets.token_hex(16) for _ in range(SESSIONS)]
+    tokens = [secrets.token_hex(16) for _ in range(USERS)]
     token_file = tmp_path / "tokens"
     token_file.write_text("".join(f"user{index} {token}\n" for index, token in enumerate(tokens)))
-    process, url = start_http_ipybox(workspace, state, log_file, args=["--auth-tokens", str(token_file)])
+    args = ["--auth-tokens", str(token_file), "--shared-trust", "--spare-kernels", str(SPARES)]
+    process, url = start_http_ipybox(workspace, state, log_file, args=args)
     server = HttpIpybox(process, url, log_file, tokens)
     try:
         yield server
@@ -190,8 +194,8 @@ def http_ipybox(tmp_path: Path) -> Iterator[HttpIpybox]:
             process.wait()
 
 
-async def _run(session: ClientSession, code: str) -> str:
-    result = await session.call_tool("execute_ipython_cell", {"code": code})
+async def _run(session: ClientSession, code: str, kernel: str) -> str:
+    result = await session.call_tool("execute_ipython_cell", {"code": code, "kernel": kernel})
     assert isinstance(result, CallToolResult), result
     assert not result.is_error, text_of(result)
     return text_of(result)
@@ -206,30 +210,32 @@ async def test_http_sessions_at_once_are_all_served_and_isolated(
 
     running: list[int] = []
 
-    async def session(token: str, bearer: str) -> tuple[int, list[str]]:
-        async with http_session(http_ipybox.url, bearer) as client:
-            pid = int(await _run(client, f"import os\ntoken = {token!r}\nprint(os.getpid())"))
+    async def session(index: int, token: str) -> tuple[int, list[str]]:
+        kernel = f"k{index % 2}"
+        async with http_session(http_ipybox.url, http_ipybox.tokens[index // 2]) as client:
+            pid = int(await _run(client, f"import os\ntoken = {token!r}\nprint(os.getpid())", kernel))
             await asyncio.wait_for(holding.wait(), 180)  # every session's kernel holds its token now
             running.append(len(http_ipybox.kernels()))
             reads = []
             for _ in range(READS):
-                reads.append(await _run(client, "print(token)"))
+                reads.append(await _run(client, "print(token)", kernel))
                 await asyncio.sleep(0)
             return pid, reads
 
     started = time.monotonic()
     async with asyncio.TaskGroup() as group:
-        tasks = [
-            group.create_task(session(token, bearer))
-            for token, bearer in zip(tokens, http_ipybox.tokens, strict=True)
-        ]
+        tasks = [group.create_task(session(index, token)) for index, token in enumerate(tokens)]
     elapsed = time.monotonic() - started
     results = [task.result() for task in tasks]
     assert [reads for _, reads in results] == [[token] * READS for token in tokens]
-    assert len({pid for pid, _ in results}) == SESSIONS  # a kernel per user
-    assert min(running) >= SESSIONS, running  # (plus warm spares)
+    assert len({pid for pid, _ in results}) == SESSIONS  # a kernel per user and name
+    assert min(running) >= SESSIONS, running
+    # the warm spares are one pool: not one per kernel
+    assert await eventually(lambda: len(http_ipybox.kernels()) == SESSIONS + SPARES, timeout=60), [
+        describe(p) for p in http_ipybox.kernels()
+    ]
     # a user's kernel outlives the session (state across calls); the server keeps serving
     async with http_session(http_ipybox.url, http_ipybox.tokens[0]) as client:
-        assert await _run(client, "print(token)") == tokens[0]
+        assert await _run(client, "print(token)", "k0") == tokens[0]
 
     figures.report("load_http", {"sessions": SESSIONS, "reads_each": READS, "seconds": round(elapsed, 1)})
