@@ -289,8 +289,13 @@ def test_claude_code_connects_with_the_documented_command(tmp_path: Path) -> Non
     try:
         command = _documented_claude_command().replace("http://127.0.0.1:8000/mcp", url)
         env = {"HOME": str(home), "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}"}
+        env |= {
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        }
         added = subprocess.run(
-            ["bash", "-e", "-c", command], env=env, capture_output=True, text=True, timeout=120
+            ["bash", "-e", "-c", command], env=env, cwd=home, capture_output=True, text=True, timeout=120
         )
         assert added.returncode == 0, added.stdout + added.stderr
         listed = claude(home, "mcp", "list")
