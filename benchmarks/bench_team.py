@@ -50,11 +50,13 @@ def _tree(pid: int) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
-def _count(procs: list[psutil.Process], word: str) -> int:
+def _kernels(procs: list[psutil.Process]) -> int:
+    """The kernels among `procs`: Python processes running ipybox's kernel launcher (not srt, bwrap or
+    the shells that start them, whose command lines name it too)."""
     found = 0
     for p in procs:
         with contextlib.suppress(psutil.Error):
-            found += word in " ".join(p.cmdline())
+            found += p.name().startswith("python") and "ipybox.kernel_mgr.launch" in p.cmdline()
     return found
 
 
@@ -86,7 +88,7 @@ async def measure(users: int, kernels: int, spares: int, sandbox: bool) -> dict[
             await asyncio.gather(*(_session_cells(url, t, kernels) for t in tokens.values()))
             expected = users * kernels + min(spares, users * kernels)
             deadline = time.monotonic() + 120
-            while _count(_tree(process.pid), "ipybox.kernel_mgr.launch") < expected:
+            while _kernels(_tree(process.pid)) < expected:
                 if time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.5)
@@ -97,8 +99,7 @@ async def measure(users: int, kernels: int, spares: int, sandbox: bool) -> dict[
                 with contextlib.suppress(psutil.Error):
                     rss += p.memory_info().rss
             return {
-                "kernels": _count(procs, "ipybox.kernel_mgr.launch"),
-                "srt": _count(procs, "srt"),
+                "kernels": _kernels(procs),
                 "processes": len(procs),
                 "rss_mib": round(rss / 2**20),
             }
@@ -116,7 +117,7 @@ def main() -> None:
     parser.add_argument("--spares", type=int, nargs="+", default=[1, 8])
     args = parser.parse_args()
     modes = [False] + ([True] if sandbox_unavailable() is None else [])
-    print("| sandbox | users x kernels | --spare-kernels | kernel processes | all processes | RSS (MiB) |")
+    print("| sandbox | users x kernels | --spare-kernels | kernels with spares | processes | RSS (MiB) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for sandbox in modes:
         for spares in args.spares:

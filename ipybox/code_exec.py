@@ -23,8 +23,7 @@ from ipybox.kernel_mgr.cell import (
     save_images,
 )
 from ipybox.kernel_mgr.limits import ResourceLimits
-from ipybox.kernel_mgr.spares import SpareKernels
-from ipybox.kernel_mgr.supervisor import KernelSupervisor
+from ipybox.kernel_mgr.supervisor import KernelSupervisor, SpareKernels
 from ipybox.tool_exec.server import ToolServer
 
 __all__ = ["CodeExecutionChunk", "CodeExecutionError", "CodeExecutionResult", "CodeExecutor"]

@@ -13,7 +13,7 @@ from ipybox.kernel_mgr.kernel import KernelDied, KernelReply
 from ipybox.kernel_mgr.output import KernelEvent
 from ipybox.kernel_mgr.spares import SpareKernels
 
-__all__ = ["KernelLike", "KernelSupervisor"]
+__all__ = ["KernelLike", "KernelSupervisor", "SpareKernels"]
 
 logger = logging.getLogger(__name__)
 

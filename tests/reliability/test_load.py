@@ -201,7 +201,7 @@ async def _run(session: ClientSession, code: str, kernel: str) -> str:
     return text_of(result)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(120)
 async def test_http_sessions_at_once_are_all_served_and_isolated(
     http_ipybox: HttpIpybox, figures: Figures
 ) -> None:
