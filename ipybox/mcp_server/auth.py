@@ -122,7 +122,8 @@ def _read_or_make_token(path: Path) -> str:
             token = file.read(1024).strip()
     except OSError as e:
         raise ValueError(f"cannot keep the HTTP token in {path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+    others = hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o077)  # POSIX
+    if not stat.S_ISREG(info.st_mode) or others:
         raise ValueError(
             f"the HTTP token file {path} is not a file only this user can read (mode "
             f"{stat.S_IMODE(info.st_mode):o}, owner uid {info.st_uid}); remove it and start ipybox again"

@@ -214,3 +214,38 @@ def test_sandboxed_workspace_may_not_hold_files_that_grant_rights(
     assert result.returncode != 0, result.stderr
     assert result.stderr.startswith("ipybox: ") and "Traceback" not in result.stderr, result.stderr
     assert str(workspace / name) in result.stderr and "outside the workspace" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        ("readable by others", ["not a file only this user can read (mode 644", "remove it"]),
+        ("symlink", ["cannot keep the HTTP token in", "state/http-token"]),
+        ("directory", ["cannot keep the HTTP token in"]),
+        ("short", ["holds no usable token", "remove it"]),
+    ],
+)
+def test_http_token_file_that_others_could_read_or_set_stops_ipybox(
+    tmp_path: Path, kind: str, words: list[str]
+) -> None:
+    """The server's own token is only trusted from a private regular file; anything else is refused."""
+    state = tmp_path / "state"
+    state.mkdir()
+    path = state / "http-token"
+    if kind == "readable by others":
+        path.write_text("a" * 43 + "\n")
+        path.chmod(0o644)
+    elif kind == "symlink":
+        (tmp_path / "planted").write_text("b" * 43 + "\n")
+        path.symlink_to(tmp_path / "planted")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_text("short\n")
+        path.chmod(0o600)
+    result = ipybox("--workspace", str(tmp_path / "ws"), *HTTP, "--port", str(_free_port()), cwd=tmp_path)
+
+    assert result.returncode != 0, result.stderr
+    assert result.stderr.startswith("ipybox: ") and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)

@@ -183,6 +183,10 @@ def test_token_is_printed_and_kept_where_only_this_user_reads_it(
     assert str(path) in log
     files = [p for p in http_server.workspace.rglob("*") if p.is_file()]
     assert not [p for p in files if http_server.token in p.read_text("latin-1")]
+    # nor in a command line or environment that `ps` or /proc shows: the server's, or its kernel's
+    for process in [psutil.Process(http_server.process.pid), *http_server.kernels()]:
+        assert http_server.token not in " ".join(process.cmdline()), process
+        assert http_server.token not in str(process.environ()), process
 
 
 async def test_printed_token_lets_both_protocol_eras_in(http_server: HttpIpybox) -> None:
