@@ -133,6 +133,24 @@ async def test_requests_without_a_valid_token_are_refused(team: Team, authorizat
     assert response.headers["www-authenticate"].startswith("Bearer")
 
 
+async def test_reset_kernels_stay_with_their_user(team: Team) -> None:
+    """The server keeps one warm spare for all users: whoever holds it, a reset gives each user a
+    kernel in their own workspace, never a spare started for the other."""
+    where = "import os\nprint(os.getcwd(), 'x' in dir())"
+    async with (
+        connect(team.url, TOKENS["alice"], "auto") as alice,
+        connect(team.url, TOKENS["bob"], "auto") as bob,
+    ):
+        homes = {}
+        for name, client in (("alice", alice), ("bob", bob)):
+            homes[name] = await output(client, f"x = 1\n{where}", kernel="fresh")
+            for _ in range(2):  # the spare's owner swaps it in; the other starts a kernel
+                reset = await client.call_tool("reset", {"kernel": "fresh"})
+                assert not reset.is_error, text_of(reset)
+                assert await output(client, where, kernel="fresh") == homes[name].replace("True", "False")
+    assert homes["alice"] != homes["bob"] and homes["alice"].endswith("users/alice True"), homes
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_user_approves_tool_calls_from_code(team: Team, mode: str, tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
