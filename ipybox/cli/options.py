@@ -21,6 +21,9 @@ environment:
   only in args, env values and header values (never in a URL or command). Only variables
   named KERNEL_ENV_<NAME> reach the kernel, as <NAME>.
   With --kernel-gateway, the gateway's token is read from IPYBOX_KERNEL_GATEWAY_TOKEN.
+  With --transport streamable-http and neither --auth-tokens nor JWTs, ipybox makes a token,
+  keeps it in $IPYBOX_STATE_DIR (default ~/.local/state/ipybox)/http-token and prints at start
+  how clients send it (Authorization: Bearer TOKEN).
 
 example (Claude Code / Claude Desktop config):
   {"mcpServers": {"ipybox": {"command": "uvx",
@@ -221,7 +224,8 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                 "default": 4,
                 "metavar": "N",
                 "help": (
-                    "kernels each user may run at once (named with the tools' kernel argument; default: 4)"
+                    "kernels each user may run at once (named with the tools' kernel argument; default: 4); "
+                    "the warm spares of --spare-kernels come on top, for all users together"
                 ),
             },
             "--spare-kernels": {
