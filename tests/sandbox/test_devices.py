@@ -3,8 +3,11 @@ driver layout, a real character device passed into a real sandbox, and the refus
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,3 +170,17 @@ async def test_gpus_on_a_machine_without_them_fail_at_start(srt_available: None,
         check_sandbox(write_config(workspace.parent / "p.json", sandbox_config() | {"gpus": [0]}))
     with pytest.raises(ValueError, match="sandbox_gpus applies only to sandboxed kernels"):
         CodeExecutor(sandbox_gpus="all", working_dir=workspace)
+
+
+GPU_CHECK = Path(__file__).parents[2] / "scripts" / "gpu-check"
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has an NVIDIA GPU")
+@pytest.mark.skipif(not GPU_CHECK.exists(), reason="not run from a checkout (no scripts/gpu-check)")
+def test_gpu_check_says_there_is_no_gpu_here() -> None:
+    """scripts/gpu-check (run by hand on GPU machines) exits with its own status where there is none."""
+    for flags in ([], ["--json"]):
+        done = subprocess.run([sys.executable, GPU_CHECK, *flags], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        said = json.loads(done.stdout)["message"] if flags else done.stdout
+        assert "no NVIDIA GPU on this machine" in said
