@@ -287,6 +287,9 @@ def _with_gpus(config: dict[str, Any], gpus: Gpus) -> dict[str, Any]:
 
 
 def _device_grant(config: dict[str, Any]) -> devices.DeviceGrant:
+    asked = [key for key in devices.KEYS if config.get(key) not in (None, [], "", "none")]
+    if asked and platform.system() != "Linux":
+        raise SandboxError(f"Sandbox setting {asked[0]!r} works on Linux only; remove it from the policy.")
     try:
         return devices.device_grant(config)
     except devices.DeviceError as e:
