@@ -125,7 +125,7 @@ def device_grant(
 
 
 def _character_device(device: str, root: Path) -> Path:
-    """`device` below `root`, checked: a character device whose real path stays in `/dev`."""
+    """The real path of `device` below `root`, checked: a character device in `/dev`."""
     source = root / device.lstrip("/")
     real = Path(os.path.realpath(source))
     try:
@@ -134,14 +134,14 @@ def _character_device(device: str, root: Path) -> Path:
         raise DeviceError(
             f"devices: {device} does not exist here ({e.strerror}); remove it from the policy."
         ) from None
-    if not real.is_relative_to(root / "dev"):
+    if not real.is_relative_to(os.path.realpath(root / "dev")):
         raise DeviceError(f"devices: {device} leads outside /dev (to {real}); name the device node itself.")
     if not stat.S_ISCHR(mode):
         raise DeviceError(
             f"devices: {device} is not a character device; only character devices can be passed to a "
             "sandboxed kernel (never disks or other block devices)."
         )
-    return source
+    return real
 
 
 def _nvidia(gpus: tuple[int, ...], root: Path, loader_paths: Sequence[str] | None) -> DeviceGrant:
