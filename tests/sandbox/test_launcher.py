@@ -18,7 +18,7 @@ from ipybox import CodeExecutor
 from ipybox.sandbox import sandbox_command
 from ipybox.sandbox.launcher import ISOLATION_FLAGS, REFUSED, write_launcher
 
-from .conftest import probe
+from .conftest import probe, sandbox_config, write_config
 
 Done = subprocess.CompletedProcess[str]
 
@@ -91,11 +91,15 @@ def test_policy_runs_srt_through_the_launcher(srt_available: None, tmp_path: Pat
     runtime, private, workspace = tmp_path / "rt", tmp_path / "rt" / "k", tmp_path / "ws"
     for path in (runtime, private, workspace):
         path.mkdir(mode=0o700)
-    sandbox_command(None, runtime / "sandbox-0.json", private, workspace)
-    launcher = Path(json.loads((runtime / "sandbox-0.json").read_text())["bwrapPath"])
+    config = write_config(tmp_path / "policy.json", sandbox_config() | {"devices": ["/dev/null"]})
+    sandbox_command(config, runtime / "sandbox-0.json", private, workspace)
+    policy = json.loads((runtime / "sandbox-0.json").read_text())
+    launcher = Path(policy["bwrapPath"])
     assert launcher == runtime / "sandbox-0.bwrap" and stat.S_IMODE(launcher.stat().st_mode) == 0o500
+    assert "devices" not in policy  # ipybox's setting, not srt's: in the launcher instead
     bwrap = subprocess.run(["sh", "-c", "command -v bwrap"], capture_output=True, text=True).stdout.strip()
-    assert f"exec {bwrap} " in launcher.read_text()
+    script = launcher.read_text()
+    assert f"exec {bwrap} " in script and "--unshare-ipc --dev-bind /dev/null /dev/null" in script
 
 
 # --- System V IPC: a host process's objects, attacked from a sandboxed kernel ---------------------
