@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ class CodeExecutor(Service):
     directory and only the environment given in `kernel_env`. Its tool calls go to an
     embedded `ToolServer` over a unix socket; `stream()` yields an `ApprovalRequest` for
     each one (unless `approve_tool_calls` is False), `execute()` approves them all.
+    `sandbox_gpus` ("all", "0,1" or [0, 1]) lets a sandboxed kernel use those NVIDIA GPUs.
 
     With `approve_shell_cmds`, each `!cmd` (`tool_name` "shell") and `%%bash`/`%%sh` cell
     ("shell_magic") also waits for approval, with `tool_args == {"cmd": ...}`; with
@@ -76,6 +77,7 @@ class CodeExecutor(Service):
         sandbox_config: Path | None = None,
         log_level: str | None = None,
         *,
+        sandbox_gpus: str | Sequence[int] | None = None,
         approve_tool_calls: bool = True,
         approve_shell_cmds: bool = False,
         require_shell_escape: bool = False,
@@ -105,6 +107,7 @@ class CodeExecutor(Service):
             sandbox=sandbox,
             sandbox_config=sandbox_config,
             limits=self.limits,
+            sandbox_gpus=sandbox_gpus,
         )
         if require_shell_escape and not approve_shell_cmds:
             raise ValueError(

@@ -69,7 +69,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         raise ValueError(problem)
     if args.sandbox:
         try:
-            check_sandbox(args.sandbox_config)
+            check_sandbox(args.sandbox_config, args.sandbox_gpus)
         except SandboxError as e:
             raise ValueError(str(e)) from None
     if args.kernel_gateway:
@@ -105,6 +105,8 @@ def _workspace(args: argparse.Namespace) -> Path:
     except OSError as e:
         reason = "it is not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
         raise ValueError(f"cannot use {workspace} as the workspace: {reason}") from None
+    if args.sandbox_gpus is not None and not args.sandbox:
+        raise ValueError("--sandbox-gpus applies only with --sandbox: add --sandbox, or drop it")
     if args.sandbox_config is not None:
         if not args.sandbox:
             raise ValueError("--sandbox-config applies only with --sandbox: add --sandbox, or drop it")
@@ -125,6 +127,7 @@ def _executor_options(args: argparse.Namespace, limits: ResourceLimits) -> Execu
     return ExecutorOptions(
         sandbox=args.sandbox,
         sandbox_config=args.sandbox_config,
+        sandbox_gpus=args.sandbox_gpus,
         limits=limits,
         allow_env=tuple(dict.fromkeys(name for names in args.allow_env for name in names)),
         kernel_gateway_url=args.kernel_gateway,

@@ -108,6 +108,13 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                     "used if present (only with --sandbox)"
                 ),
             },
+            "--sandbox-gpus": {
+                "metavar": "all|0,1",
+                "help": (
+                    "let the sandboxed kernel use NVIDIA GPUs: all, or some by index (0,1 or device=0,1); "
+                    'overrides the policy\'s "gpus" setting (only with --sandbox; see docs/sandbox.md)'
+                ),
+            },
             "--transport": {
                 "choices": ["stdio", "streamable-http"],
                 "default": "stdio",

@@ -14,6 +14,7 @@ from ipybox.kernel_mgr.kernel import Kernel, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.runtime_dir import make_runtime_dir, remove_runtime_dir
 from ipybox.sandbox import (
+    Gpus,
     check_sandbox,
     import_paths,
     release_sandbox,
@@ -31,15 +32,21 @@ class LocalBackend:
     Each runs in a subprocess driven over ipc sockets in a private runtime directory; with
     `sandbox`, under `srt` (policy `sandbox_config`, default: ipybox's), where it may write only
     the working directory and its own part of the runtime directory (not its siblings').
-    `limits` bound each kernel's tree.
+    `limits` bound each kernel's tree. `gpus` gives sandboxed kernels NVIDIA GPUs (see
+    `ipybox.sandbox.devices`), in place of the policy's `gpus` setting.
     They call tools over the tool server's unix socket, which files share with them.
     """
 
     def __init__(
-        self, sandbox: bool = False, sandbox_config: Path | None = None, limits: ResourceLimits | None = None
+        self,
+        sandbox: bool = False,
+        sandbox_config: Path | None = None,
+        limits: ResourceLimits | None = None,
+        gpus: Gpus = None,
     ) -> None:
         self.sandbox = sandbox
         self.sandbox_config = sandbox_config
+        self.gpus = gpus
         self.limits = limits or ResourceLimits()
         self.runtime_dir: Path | None = None
         self._settings: KernelSettings | None = None
@@ -47,7 +54,7 @@ class LocalBackend:
 
     async def prepare(self, settings: KernelSettings, tool_port: int | None) -> ToolListener:
         if self.sandbox:  # fail on a missing tool or a bad config before anything starts
-            check_sandbox(self.sandbox_config)
+            check_sandbox(self.sandbox_config, self.gpus)
             guard_workspace(settings.working_dir)  # what the kernel writes there never shadows our imports
             if settings.audit_log is not None:  # a file ipybox can append to, before srt protects it
                 AuditLog(settings.audit_log, trusted=settings.working_dir).create()
@@ -83,6 +90,7 @@ class LocalBackend:
                 [settings.audit_log] if settings.audit_log is not None else [],
                 reachable=[endpoint.path],
                 readable=import_paths(settings.env),
+                gpus=self.gpus,
             )
             return Kernel(private, cwd, sandboxed_environment(env, private), prefix, limits, own_dir=True)
 

@@ -46,6 +46,7 @@ class ExecutorOptions:
 
     sandbox: bool = False
     sandbox_config: Path | None = None
+    sandbox_gpus: str | None = None  # "all", "0,1": NVIDIA GPUs for sandboxed kernels
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     allow_env: tuple[str, ...] = ()  # variables of ipybox's environment that `${VAR}` may name
     kernel_gateway_url: str | None = None  # token: IPYBOX_KERNEL_GATEWAY_TOKEN

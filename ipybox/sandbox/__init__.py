@@ -3,6 +3,7 @@
 from ipybox.sandbox.config import (
     DEFAULT_CONFIG,
     WORKSPACE_CONFIG,
+    Gpus,
     SandboxError,
     check_sandbox,
     load_config,
@@ -17,6 +18,7 @@ from ipybox.sandbox.reads import import_paths
 __all__ = [
     "DEFAULT_CONFIG",
     "WORKSPACE_CONFIG",
+    "Gpus",
     "SandboxError",
     "check_sandbox",
     "import_paths",

@@ -18,7 +18,8 @@ from typing import Any
 
 from ipybox._programs import which
 from ipybox.errors import IpyboxError
-from ipybox.sandbox import autorun, reads
+from ipybox.sandbox import autorun, devices, reads
+from ipybox.sandbox.launcher import write_launcher
 from ipybox.sandbox.placeholders import Placeholders, sweep
 from ipybox.tool_exec.registry import state_dir
 
@@ -89,6 +90,10 @@ def load_config(path: Path | None) -> dict[str, Any]:
         for key in _BOOLEANS[section]:
             if not isinstance(value.get(key, False), bool):
                 raise SandboxError(f"Sandbox config {path}: {section}.{key} must be true or false.")
+    try:
+        devices.check_settings(config)
+    except devices.DeviceError as e:
+        raise SandboxError(f"Sandbox config {path}: {e}") from None
     if config.get("filesystem", {}).get("disabled") is True:
         # srt would then ignore every rule, including those protecting ipybox's state and policy.
         raise SandboxError(
@@ -177,7 +182,7 @@ def kernel_policy(
     Python environment and IPython's and Jupyter's configuration. Unix sockets are allowed,
     since the kernel talks to ipybox over them.
     """
-    policy = copy.deepcopy(config)
+    policy = {k: copy.deepcopy(v) for k, v in config.items() if k not in devices.KEYS}  # ipybox's, not srt's
     fs = policy.setdefault("filesystem", {})
     # What ipybox never lets a kernel write is not opened for reading by an allowWrite entry
     # either (`~/.ipython` of the default: its history holds earlier sessions' code).
@@ -263,10 +268,44 @@ def sandbox_problem(path: str | None = None) -> str | None:
     return None
 
 
-def check_sandbox(config_path: Path | None) -> None:
-    """Raise `SandboxError` if the policy is invalid or a tool the sandbox needs is missing."""
-    load_config(config_path)
+#: GPUs a policy gets besides its own `gpus` setting (see `ipybox.sandbox.devices.parse_gpus`).
+Gpus = str | Sequence[int] | None
+
+
+def check_sandbox(config_path: Path | None, gpus: Gpus = None) -> None:
+    """Raise `SandboxError` if the policy is invalid, a tool the sandbox needs is missing, or a
+    device it asks for (`gpus` overrides its GPU setting) is not here."""
+    _device_grant(_with_gpus(load_config(config_path), gpus))
     srt_executable()
+
+
+def _with_gpus(config: dict[str, Any], gpus: Gpus) -> dict[str, Any]:
+    """`config` with `gpus` (if given) in place of its own GPU setting."""
+    if gpus is None:
+        return config
+    return config | {"gpus": gpus if isinstance(gpus, str) else list(gpus)}
+
+
+def _device_grant(config: dict[str, Any]) -> devices.DeviceGrant:
+    asked = [key for key in devices.KEYS if config.get(key) not in (None, [], "", "none")]
+    if asked and platform.system() != "Linux":
+        raise SandboxError(f"Sandbox setting {asked[0]!r} works on Linux only; remove it from the policy.")
+    try:
+        return devices.device_grant(config)
+    except devices.DeviceError as e:
+        raise SandboxError(str(e)) from None
+
+
+def _launcher(config: dict[str, Any], grant: devices.DeviceGrant, path: Path) -> str | None:
+    """Write the bubblewrap launcher (see `ipybox.sandbox.launcher`) for a sandbox with `grant`'s
+    devices to `path`; its path for the policy's `bwrapPath` (None off Linux: no bubblewrap).
+    A policy's own `bwrapPath` names the bubblewrap it runs."""
+    if platform.system() != "Linux":
+        return None
+    bwrap = config.get("bwrapPath") or which("bwrap")
+    if not bwrap:
+        raise SandboxError("Sandboxing needs bwrap (package bubblewrap), which is not installed.")
+    return str(write_launcher(path, os.path.abspath(bwrap), grant.flags, grant.env))
 
 
 def sandbox_command(
@@ -278,8 +317,10 @@ def sandbox_command(
     *,
     reachable: Sequence[Path] = (),
     readable: Sequence[Path | str] = (),
+    gpus: Gpus = None,
 ) -> list[str]:
-    """The command prefix that runs a kernel under `srt` with the effective policy.
+    """The command prefix that runs a kernel under `srt` with the effective policy (and `gpus`,
+    if given, in place of its GPU setting).
 
     The policy is written to `policy_file`, which the kernel may not write wherever it lies,
     so sandboxed code cannot loosen the policy of kernels started later. `policy_file` lies in
@@ -289,13 +330,15 @@ def sandbox_command(
     `working_dir`: srt's own protections of its working directory would leave mount points in
     the workspace; ipybox protects the workspace itself (see `ipybox.sandbox.autorun`), with
     placeholders that `release_sandbox(policy_file.parent)` removes once the kernels ended.
+    srt starts bubblewrap through ipybox's launcher, written beside `policy_file`.
     """
     srt = srt_executable()
     runtime = policy_file.parent.absolute()
     srt_tmp = runtime / "srt"
     srt_tmp.mkdir(mode=0o700, exist_ok=True)
     workspace = working_dir.absolute()
-    config = _absolute(load_config(config_path), workspace)
+    config = _absolute(_with_gpus(load_config(config_path), gpus), workspace)
+    grant = _device_grant(config)
     # The policy file lies under a writable path if the working directory holds the temp dir.
     keep = [policy_file.absolute(), *(Path(p).absolute() for p in protected)]
     if config_path is not None:
@@ -309,8 +352,10 @@ def sandbox_command(
         [workspace / ".env"],
         [*reachable, srt_tmp],
         workspace=workspace,
-        readable=readable,
+        readable=[*readable, *grant.readable],
     )
+    if (launcher := _launcher(config, grant, policy_file.with_suffix(".bwrap"))) is not None:
+        policy["bwrapPath"] = launcher
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
     env = which("env") or "/usr/bin/env"

@@ -12,7 +12,8 @@ import pytest
 
 IPYBOX = Path(sys.executable).parent / "ipybox"
 OPTIONS = [
-    *("--workspace", "--sandbox", "--sandbox-config", "--transport", "--host", "--port", "--log-level"),
+    *("--workspace", "--sandbox", "--sandbox-config", "--sandbox-gpus", "--transport", "--host", "--port"),
+    "--log-level",
     *("--approval", "--approve-shell-cmds", "--kernel-idle-timeout", "--max-kernels", "--auth-tokens"),
     *("--jwt-issuer", "--jwt-audience", "--jwks", "--shared-workspace", "--public-url"),
     *("--no-auth", "--shared-trust", "--spare-kernels"),
@@ -249,3 +250,15 @@ def test_http_token_file_that_others_could_read_or_set_stops_ipybox(
     assert result.stderr.startswith("ipybox: ") and "Traceback" not in result.stderr, result.stderr
     for word in words:
         assert word in result.stderr, (word, result.stderr)
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has an NVIDIA GPU")
+def test_sandbox_gpus_fail_before_serving_where_there_is_none_or_no_sandbox(tmp_path: Path) -> None:
+    workspace = str(tmp_path / "ws")
+    for args, said in [
+        (["--sandbox-gpus", "all"], "--sandbox-gpus applies only with --sandbox"),
+        (["--sandbox", "--sandbox-gpus", "all"], "no NVIDIA GPU"),
+        (["--sandbox", "--sandbox-gpus", "2"], "'2' is ambiguous"),
+    ]:
+        result = ipybox("--workspace", workspace, *args, cwd=tmp_path)
+        assert result.returncode != 0 and said in result.stderr, result.stderr

@@ -242,6 +242,19 @@ print(_json.dumps([attempt(rewrite), attempt(replace), attempt(target.unlink), a
 """
 
 
+_TAMPER_LAUNCHER = """
+launcher = policy.with_suffix('.bwrap')
+evil = '#!/bin/sh\\ntouch /tmp/ipybox-launcher-pwned\\nexec /usr/bin/bwrap "$@"\\n'
+def rewrite():
+    os.chmod(launcher, 0o700)
+    launcher.write_text(evil)
+def replace():
+    (runtime / 'evil').write_text(evil)
+    os.replace(runtime / 'evil', launcher)
+print(_json.dumps([attempt(launcher.read_text), attempt(rewrite), attempt(replace)]))
+"""
+
+
 @pytest.mark.parametrize("layout", ["default", "tmp_in_workspace", "config_in_workspace"])
 async def test_policy_cannot_be_loosened_for_later_kernels(
     layout: str, srt_available: None, workspace: Path, monkeypatch: pytest.MonkeyPatch
@@ -279,6 +292,10 @@ async def _tamper_with_policy(
     ) as executor:
         policy_path = Path(await run(executor, RUNTIME + "print(policy)"))
         before = policy_path.read_bytes(), (config_path.read_bytes() if config_path else b"")
+        launcher = policy_path.with_suffix(".bwrap")  # srt's bwrap: runs outside the sandbox
+        launcher_before = launcher.read_bytes()
+        swapped = await probe(executor, RUNTIME + _TAMPER_LAUNCHER)
+        assert launcher.read_bytes() == launcher_before, swapped
         if layout == "tmp_in_workspace":
             assert policy_path.is_relative_to(workspace)  # the layout under test
         result = await probe(executor, RUNTIME + _TAMPER_POLICY.format(target=target))
