@@ -14,6 +14,7 @@ from ipybox.kernel_mgr.kernel import Kernel, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.runtime_dir import make_runtime_dir, remove_runtime_dir
 from ipybox.sandbox import (
+    SANDBOX_FIXED_VARS,
     check_sandbox,
     import_paths,
     release_sandbox,
@@ -23,6 +24,9 @@ from ipybox.sandbox import (
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.audit import AuditLog
 from ipybox.tool_exec.client import ENDPOINT_VAR
+
+#: ipybox's own variables for the kernel, which the application's `kernel_env` does not override.
+_IPYBOX_VARS = (ENDPOINT_VAR, WORKING_DIR_VAR)
 
 
 class LocalBackend:
@@ -64,9 +68,12 @@ class LocalBackend:
         directory (neither the running kernel's nor its spare's)."""
         settings, runtime_dir = self._settings, self.runtime_dir
         assert settings is not None and runtime_dir is not None, "prepare() first"
-        env = kernel_environment(settings.kernel_env()) | {ENDPOINT_VAR: str(endpoint.path)}
+        # the launch command's programs get ipybox's variables only; the application's go to the
+        # kernel alone, set by its launcher (inside the sandbox, if any), never overriding these
+        env = kernel_environment(None) | {ENDPOINT_VAR: str(endpoint.path)}
         if settings.restore_working_dir:
             env[WORKING_DIR_VAR] = str(settings.working_dir)
+        kernel_env = {k: v for k, v in settings.kernel_env().items() if not (k in _IPYBOX_VARS and k in env)}
         cwd, limits = settings.working_dir, self.limits
 
         def new_kernel() -> KernelLike:
@@ -74,7 +81,7 @@ class LocalBackend:
             private = runtime_dir / "kernels" / name
             private.mkdir(mode=0o700)
             if not self.sandbox:
-                return Kernel(private, cwd, env, [], limits, own_dir=True)
+                return Kernel(private, cwd, env, [], limits, own_dir=True, kernel_env=kernel_env)
             prefix = sandbox_command(
                 self.sandbox_config,
                 runtime_dir / f"sandbox-{name}.json",
@@ -84,7 +91,16 @@ class LocalBackend:
                 reachable=[endpoint.path],
                 readable=import_paths(settings.env),
             )
-            return Kernel(private, cwd, sandboxed_environment(env, private), prefix, limits, own_dir=True)
+            own = {k: v for k, v in kernel_env.items() if k not in SANDBOX_FIXED_VARS}
+            return Kernel(
+                private,
+                cwd,
+                sandboxed_environment(env, private),
+                prefix,
+                limits,
+                own_dir=True,
+                kernel_env=own,
+            )
 
         return new_kernel
 
