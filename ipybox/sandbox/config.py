@@ -18,7 +18,7 @@ from typing import Any
 
 from ipybox._programs import which
 from ipybox.errors import IpyboxError
-from ipybox.sandbox import autorun, reads
+from ipybox.sandbox import autorun, owned, reads
 from ipybox.sandbox.placeholders import Placeholders, sweep
 from ipybox.tool_exec.registry import state_dir
 
@@ -289,6 +289,8 @@ def sandbox_command(
     `working_dir`: srt's own protections of its working directory would leave mount points in
     the workspace; ipybox protects the workspace itself (see `ipybox.sandbox.autorun`), with
     placeholders that `release_sandbox(policy_file.parent)` removes once the kernels ended.
+    The homes of the MCP server's principals are hidden and read-only but for the kernel's own
+    (see `ipybox.sandbox.owned`).
     """
     srt = srt_executable()
     runtime = policy_file.parent.absolute()
@@ -300,13 +302,18 @@ def sandbox_command(
     keep = [policy_file.absolute(), *(Path(p).absolute() for p in protected)]
     if config_path is not None:
         keep.append(Path(config_path).resolve())
+    writable = [
+        Path(os.path.expanduser(p)).absolute() for p in config.get("filesystem", {}).get("allowWrite", [])
+    ]
+    homes, keep_out = owned.confinement(workspace, writable)  # other principals' homes
+    keep += keep_out
     placeholders = _placeholders.setdefault(runtime, Placeholders(_lock_dir()))
     keep += _protect_writable(config, workspace, writable_dir, placeholders, keep)
     policy = kernel_policy(
         config,
         writable_dir,
         keep,
-        [workspace / ".env"],
+        [workspace / ".env", *homes],
         [*reachable, srt_tmp],
         workspace=workspace,
         readable=readable,
