@@ -302,9 +302,8 @@ def sandbox_command(
     keep = [policy_file.absolute(), *(Path(p).absolute() for p in protected)]
     if config_path is not None:
         keep.append(Path(config_path).resolve())
-    writable = [
-        Path(os.path.expanduser(p)).absolute() for p in config.get("filesystem", {}).get("allowWrite", [])
-    ]
+    allow_write = config.get("filesystem", {}).get("allowWrite", [])
+    writable = [Path(os.path.abspath(os.path.expanduser(p))) for p in allow_write]
     homes, keep_out = owned.confinement(workspace, writable)  # other principals' homes
     keep += keep_out
     placeholders = _placeholders.setdefault(runtime, Placeholders(_lock_dir()))

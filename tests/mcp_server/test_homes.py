@@ -125,6 +125,11 @@ async def test_local_kernel_cannot_seed_or_reach_users_homes(
     ]
     assert homes.workspace(user_principal("grace")) == grace
     assert os.listdir(homes.workspace(user_principal("heidi"))) == []  # a fresh one
+    wide = tmp_path / "wide.json"  # a policy letting grace's kernel write the other homes
+    wide.write_text(json.dumps({"filesystem": {"allowWrite": ["..", "."]}}))
+    with pytest.raises(Exception, match="holds the homes of other users"):
+        async with CodeExecutor(sandbox=True, working_dir=grace, sandbox_config=wide, spare_kernel=False):
+            pass
 
 
 #: Spellings of the local principal's name that a token file or an identity provider may use.
