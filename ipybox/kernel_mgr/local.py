@@ -25,9 +25,6 @@ from ipybox.tool_exec import registry
 from ipybox.tool_exec.audit import AuditLog
 from ipybox.tool_exec.client import ENDPOINT_VAR
 
-#: ipybox's own variables for the kernel, which the application's `kernel_env` does not override.
-_IPYBOX_VARS = (ENDPOINT_VAR, WORKING_DIR_VAR)
-
 
 class LocalBackend:
     """Kernels started here, in `working_dir`, with only the environment the executor gives.
@@ -68,12 +65,15 @@ class LocalBackend:
         directory (neither the running kernel's nor its spare's)."""
         settings, runtime_dir = self._settings, self.runtime_dir
         assert settings is not None and runtime_dir is not None, "prepare() first"
-        # the launch command's programs get ipybox's variables only; the application's go to the
-        # kernel alone, set by its launcher (inside the sandbox, if any), never overriding these
-        env = kernel_environment(None) | {ENDPOINT_VAR: str(endpoint.path)}
+        # The launch command's programs get ipybox's own variables only (its defaults, switches and
+        # tool server); the application's go to the kernel alone, set by its launcher (inside the
+        # sandbox, if any), over the defaults but never over the rest.
+        ipybox_env = settings.switches() | {ENDPOINT_VAR: str(endpoint.path)}
         if settings.restore_working_dir:
-            env[WORKING_DIR_VAR] = str(settings.working_dir)
-        kernel_env = {k: v for k, v in settings.kernel_env().items() if not (k in _IPYBOX_VARS and k in env)}
+            ipybox_env[WORKING_DIR_VAR] = str(settings.working_dir)
+        defaults = {k: v for k, v in settings.kernel_env().items() if k not in settings.env}
+        env = kernel_environment(defaults | ipybox_env)
+        kernel_env = {k: v for k, v in settings.env.items() if k not in ipybox_env}
         cwd, limits = settings.working_dir, self.limits
 
         def new_kernel() -> KernelLike:
