@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 
 import pytest
-from servers.launch import SANDBOX_PATH, require_sandbox
+from security.test_kernel_env import hostile_env
+from servers.launch import SANDBOX_PATH, require_sandbox, sandbox_unavailable
 
 from ipybox import CodeExecutor
 from ipybox.mcp_server.auth import JwtVerifier, TokenFile
@@ -23,7 +24,7 @@ from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import LOCAL, user_principal
 from ipybox.sandbox.owned import HomeError
 
-from .conftest import open_ipybox, running_http_ipybox, text_of
+from .conftest import open_ipybox, running_http_ipybox
 from .test_jwt import AUDIENCE, ISSUER, _jwks, token
 
 #: What a kernel leaves for a user before the user's first arrival, one home per route.
@@ -172,8 +173,12 @@ async def test_token_user_named_local_works_in_its_own_home(tmp_path: Path) -> N
     assert seen == f"{workspace / 'users' / 'local'} False"
 
 
-async def test_env_file_values_are_taken_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`${VAR}` in `.env` copies no variable of ipybox's environment into a kernel (CLI and homes)."""
+async def test_env_file_values_reach_the_kernel_alone_and_literally(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`${VAR}` in `.env` copies no variable of ipybox's environment into a kernel (homes and the
+    CLI), and `KERNEL_ENV_NODE_OPTIONS`, `_PATH`, `_LD_PRELOAD`, … there run nothing on the host
+    (through the whole server, sandboxed where a sandbox can run)."""
     env_text = (
         "KERNEL_ENV_A=${SECRET}\nKERNEL_ENV_B=${HOME}/x\nKERNEL_ENV_C=$SECRET\nKERNEL_ENV_D=${SECRET:-d}\n"
     )
@@ -183,11 +188,15 @@ async def test_env_file_values_are_taken_literally(tmp_path: Path, monkeypatch: 
     homes = Homes(tmp_path / "ws")
     (homes.workspace(user_principal("bob")) / ".env").write_text(env_text)
     assert {k: v for k, v in homes.kernel_env(user_principal("bob")).items() if k in literal} == literal
-    workspace = tmp_path / "stdio-ws"
+    workspace, marker = tmp_path / "stdio-ws", tmp_path / "host-ran"
     workspace.mkdir()
-    (workspace / ".env").write_text(env_text)
-    async with open_ipybox(workspace, tmp_path / "state", env={"SECRET": "host-secret"}) as ipybox:
-        result = await ipybox.run(
-            f"import json, os; print(json.dumps({{k: os.environ[k] for k in {list(literal)}}}))"
+    hostile = hostile_env(workspace, marker)
+    (workspace / ".env").write_text(env_text + "".join(f"KERNEL_ENV_{k}={v}\n" for k, v in hostile.items()))
+    args = [] if sandbox_unavailable() else ["--sandbox"]
+    async with open_ipybox(workspace, tmp_path / "state", args=args, env={"SECRET": "host-secret"}) as ipybox:
+        names = [*literal, *hostile]
+        seen = json.loads(
+            await ipybox.output(f"import json, os; print(json.dumps({{k: os.environ[k] for k in {names}}}))")
         )
-    assert json.loads(text_of(result)) == literal
+    assert seen.pop("PATH").endswith(hostile.pop("PATH")) and seen == literal | hostile
+    assert not marker.exists() or not args, marker.read_text()

@@ -38,7 +38,7 @@ __attribute__((constructor)) static void mark(void) {
 """
 
 
-def _hostile_env(workspace: Path, marker: Path) -> dict[str, str]:
+def hostile_env(workspace: Path, marker: Path) -> dict[str, str]:
     """Kernel variables that run a workspace file in any host program that takes them."""
     bin_dir = workspace / "bin"
     bin_dir.mkdir()
@@ -72,7 +72,7 @@ async def test_kernel_variables_never_reach_host_programs(
     monkeypatch.delenv("IPYBOX_SRT", raising=False)
     workspace, marker = tmp_path / "ws", tmp_path / "host-ran"
     workspace.mkdir()
-    env = _hostile_env(workspace, marker)
+    env = hostile_env(workspace, marker)
     async with CodeExecutor(sandbox=sandbox, working_dir=workspace, kernel_env=env, spare_kernel=False) as ex:
         result = await ex.execute(
             f"import json, os; print(json.dumps({{n: os.environ.get(n) for n in {list(env)}}}))"
