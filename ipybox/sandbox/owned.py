@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -26,10 +27,11 @@ from ipybox import _safe_fs
 from ipybox.errors import IpyboxError
 from ipybox.tool_exec.registry import state_dir
 
+logger = logging.getLogger(__name__)
+
 
 class HomeError(IpyboxError, PermissionError):
-    """A home (or its tree) that ipybox did not make, or that was replaced since; the message says
-    what to do."""
+    """A home that ipybox did not make, or that was replaced since; the message says what to do."""
 
 
 def _records() -> Path:
@@ -80,12 +82,10 @@ def _tree(tree: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with _locked(tree) as record:
         # the tree may lie in a kernel's reach until recorded (an earlier session's): no links
         with _safe_fs.opendir(tree.parent, (tree.name,), create=True) as fd:
-            if record.setdefault("identity", _identity(fd)) != _identity(fd):
-                raise HomeError(
-                    f"{tree} is not the directory ipybox recorded for its users' homes (it was replaced "
-                    f"since). Stop ipybox, move {tree} out of the workspace, and start again: ipybox makes "
-                    "a new one; see 'Migrating homes' in docs/mcp-server.md."
-                )
+            if record.get("identity") != _identity(fd):
+                if record.get("identity") is not None:  # removed or replaced: what is in it is not ours
+                    logger.warning("%s is not the directory recorded before; no home in it is taken", tree)
+                record.update(identity=_identity(fd), homes={})
             yield fd, record
 
 
@@ -96,17 +96,19 @@ def record_tree(tree: Path) -> None:
 
 
 def home(tree: Path, name: str) -> Path:
-    """`tree/name`, the home ipybox made for one owner: made now (and the tree recorded) if it has
-    none yet. Raises `HomeError` for a directory there that ipybox did not make or that was replaced."""
+    """`tree/name`, the home ipybox made for one owner: made now if it has none. Raises `HomeError`
+    for a directory there that ipybox did not make, or not the one it made (replaced since)."""
     tree = Path(os.path.abspath(tree))
     path = tree / name
     again = f"Move it away (e.g. mv {path} {path}.old), check what is in it, and reconnect: ipybox then"
     with _tree(tree) as (fd, record):
         expected = record["homes"].get(name)
-        if expected is None:
-            try:
-                os.mkdir(name, 0o700, dir_fd=fd)
-            except FileExistsError:
+        try:
+            os.mkdir(name, 0o700, dir_fd=fd)
+            made = True
+        except FileExistsError:
+            made = False
+            if expected is None:
                 raise HomeError(
                     f"{path} exists, but ipybox did not make it: it may hold files (a .env, mcptools/) that "
                     f"code in another session put there for this user's kernel to use. {again} makes a fresh "
@@ -114,7 +116,7 @@ def home(tree: Path, name: str) -> Path:
                     "docs/mcp-server.md."
                 ) from None
         with _safe_fs.subdir(fd, name, path) as child:
-            if expected is None:
+            if made:
                 record["homes"][name] = _identity(child)
             elif expected != _identity(child):
                 raise HomeError(

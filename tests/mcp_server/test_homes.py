@@ -66,8 +66,8 @@ print(results)
 
 
 def test_homes_ipybox_did_not_make_are_refused(tmp_path: Path) -> None:
-    """Pre-seeded, linked, replaced homes and a replaced tree: refused with the path and what to do;
-    moved away, a fresh home is made."""
+    """Pre-seeded, linked or replaced homes, also in a replaced tree: refused with the path and what
+    to do; moved away or removed, a fresh home is made."""
     homes = Homes(tmp_path / "ws")
     users = tmp_path / "ws" / "users"
     for name, files in _SEEDS.items():
@@ -88,10 +88,13 @@ def test_homes_ipybox_did_not_make_are_refused(tmp_path: Path) -> None:
     bob.mkdir()
     with pytest.raises(HomeError, match="replaced since"):
         homes.workspace(user_principal("bob"))
-    users.rename(tmp_path / "users.swapped")
-    users.mkdir()
-    with pytest.raises(HomeError, match=f"{users} is not the directory ipybox recorded"):
-        homes.workspace(user_principal("grace"))
+    bob.rmdir()  # a home removed: a fresh one
+    assert homes.workspace(user_principal("bob")) == bob and os.listdir(bob) == []
+    users.rename(tmp_path / "users.swapped")  # the tree replaced, with a home planted in it
+    (users / "bob").mkdir(parents=True)
+    with pytest.raises(HomeError, match="ipybox did not make it"):
+        homes.workspace(user_principal("bob"))
+    assert os.listdir(homes.workspace(user_principal("grace"))) == []
 
 
 async def test_local_kernel_cannot_seed_or_reach_users_homes(
