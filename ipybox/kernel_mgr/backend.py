@@ -49,7 +49,11 @@ class KernelSettings:
 
     def kernel_env(self) -> dict[str, str]:
         """The variables every kernel gets: the application's and the shell-approval switches."""
-        env = _QUIET_TERMINAL | dict(self.env)
+        return _QUIET_TERMINAL | dict(self.env) | self.switches()
+
+    def switches(self) -> dict[str, str]:
+        """ipybox's variables that the application's do not override: the shell-approval switches."""
+        env = {}
         if self.approve_shell_cmds:
             env[APPROVE_SHELL_VAR] = "1"
         if self.require_shell_escape:

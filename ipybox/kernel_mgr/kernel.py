@@ -116,6 +116,9 @@ class Kernel:
 
     The kernel gets its own session (process group) so an interrupt or a stop reaches
     everything it spawned, and its own connection file and ipc sockets in `runtime_dir`.
+    `env` is the environment of the launch command (`command_prefix`, e.g. the sandbox's
+    programs, then the kernel); `kernel_env` holds variables for the kernel alone, which the
+    kernel's launcher sets once every program of the prefix has started (see `launch`).
     """
 
     def __init__(
@@ -127,11 +130,13 @@ class Kernel:
         limits: ResourceLimits | None = None,
         *,
         own_dir: bool = False,
+        kernel_env: Mapping[str, str] | None = None,
     ) -> None:
         self._runtime_dir = runtime_dir
         self._own_dir = own_dir  # `runtime_dir` is this kernel's alone: removed whole by stop()
         self._cwd = cwd
         self._env = dict(env)
+        self._kernel_env = dict(kernel_env or {})
         self._prefix = list(command_prefix)
         self._limits = limits or ResourceLimits()
         self._cgroup: KernelCgroup | None = None
@@ -164,6 +169,8 @@ class Kernel:
         # The launcher applies rlimits (if any) and ends the kernel when its stdin (a pipe we
         # hold) closes: that is how a kernel, even in a sandbox, notices ipybox has died.
         argv = [*self._prefix, sys.executable, "-m", "ipybox.kernel_mgr.launch", "--watch-stdin", *rlimits]
+        if self._kernel_env:
+            argv += ["--env-file", str(self._write_private(f"{self._name}-env.json", self._env_settings()))]
         argv += ["--", "-f", str(conn_file), *_KERNEL_OPTIONS]
         if self._cgroup is not None:  # joined before anything runs; srt and the kernel inherit it
             argv = self._cgroup.wrap(argv)
@@ -245,10 +252,18 @@ class Kernel:
             "signature_scheme": "hmac-sha256",
             "kernel_name": "python3",
         }
-        path = self._runtime_dir / f"{self._name}.json"
+        return self._write_private(f"{self._name}.json", info)
+
+    def _env_settings(self) -> dict[str, Any]:
+        """The launcher's settings file: the kernel's variables, and the environment they were
+        given beside, so that the launcher can tell which ones the sandbox set on the way."""
+        return {"env": self._kernel_env, "given": self._env}
+
+    def _write_private(self, name: str, data: dict[str, Any]) -> Path:
+        path = self._runtime_dir / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump(info, f)
+            json.dump(data, f)
         return path
 
     async def _race(self, aw: Any, limit: float | Deadline | None, grace: float = 0) -> Any:

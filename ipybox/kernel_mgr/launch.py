@@ -1,15 +1,25 @@
-"""Kernel entry point: applies fallback rlimits, watches for the parent's death, runs ipykernel.
+"""Kernel entry point: takes the kernel's settings, applies fallback rlimits, watches for the
+parent's death, runs ipykernel.
 
-Started as `python -m ipybox.kernel_mgr.launch [--memory N] [--processes N] -- <ipykernel args>`,
-also inside the sandbox, where the parent's process is not visible: the parent holds the
-write end of the kernel's stdin, so end-of-file on stdin means ipybox is gone. `--memory` and
-`--processes` (`RLIMIT_AS`, `RLIMIT_NPROC`) are passed only when a limit was asked for and no
-cgroup can enforce it; a cgroup is joined before this runs (see `cgroup.KernelCgroup.wrap`).
+Started as `python -m ipybox.kernel_mgr.launch [--env-file F] [--memory N] [--processes N] --
+<ipykernel args>`, also inside the sandbox, where the parent's process is not visible: the parent
+holds the write end of the kernel's stdin, so end-of-file on stdin means ipybox is gone.
+`--memory` and `--processes` (`RLIMIT_AS`, `RLIMIT_NPROC`) are passed only when a limit was asked
+for and no cgroup can enforce it; a cgroup is joined before this runs (see
+`cgroup.KernelCgroup.wrap`).
+
+`--env-file` names the application's variables for the kernel (`kernel_env`), written by ipybox
+in the kernel's private directory: they are applied here, after every program on the way in
+(the sandbox's `sh`, `env`, `srt` under node, `bwrap`) has started with ipybox's own clean
+environment, so no variable meant for the kernel (`NODE_OPTIONS`, `LD_PRELOAD`, `PATH`, …) can
+steer a program outside the sandbox. The launcher then starts itself again, so the kernel's
+interpreter and loader see them from its first instruction (`PYTHONPATH`, `LD_*`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import runpy
@@ -40,12 +50,41 @@ def _exit_when_orphaned() -> None:
     threading.Thread(target=watch, name="ipybox-parent-watch", daemon=True).start()
 
 
+def _apply_env_file(path: str) -> bool:
+    """Set the variables of the settings file at `path` (then removed); whether any changed.
+
+    A variable the sandbox set or changed on the way (its `TMPDIR`, its proxies) keeps the
+    sandbox's value, as it did when the variables were passed through it.
+    """
+    with open(path, encoding="utf-8") as f:
+        settings = json.load(f)
+    os.unlink(path)
+    given: dict[str, str] = settings["given"]
+    changed = False
+    for name, value in settings["env"].items():
+        if os.environ.get(name) != given.get(name) or os.environ.get(name) == value:
+            continue
+        os.environ[name] = value
+        changed = True
+    return changed
+
+
+def _without_env_file(argv: list[str]) -> list[str]:
+    at = argv.index("--env-file")
+    return argv[:at] + argv[at + 2 :]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="ipybox.kernel_mgr.launch")
+    parser.add_argument("--env-file")
     parser.add_argument("--memory", type=int)
     parser.add_argument("--processes", type=int)
     parser.add_argument("--watch-stdin", action="store_true")
     args, kernel_args = parser.parse_known_args()
+    if args.env_file and _apply_env_file(args.env_file):
+        # the interpreter and the loader read some variables (PYTHONPATH, LD_*) only at start
+        rest = _without_env_file(sys.argv[1:])
+        os.execv(sys.executable, [sys.executable, "-m", "ipybox.kernel_mgr.launch", *rest])
     if args.memory:
         _limit(resource.RLIMIT_AS, args.memory)
     if args.processes:

@@ -14,6 +14,7 @@ from ipybox.kernel_mgr.kernel import Kernel, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.runtime_dir import make_runtime_dir, remove_runtime_dir
 from ipybox.sandbox import (
+    SANDBOX_FIXED_VARS,
     Gpus,
     check_sandbox,
     import_paths,
@@ -71,9 +72,15 @@ class LocalBackend:
         directory (neither the running kernel's nor its spare's)."""
         settings, runtime_dir = self._settings, self.runtime_dir
         assert settings is not None and runtime_dir is not None, "prepare() first"
-        env = kernel_environment(settings.kernel_env()) | {ENDPOINT_VAR: str(endpoint.path)}
+        # The launch command's programs get ipybox's own variables only (its defaults, switches and
+        # tool server); the application's go to the kernel alone, set by its launcher (inside the
+        # sandbox, if any), over the defaults but never over the rest.
+        ipybox_env = settings.switches() | {ENDPOINT_VAR: str(endpoint.path)}
         if settings.restore_working_dir:
-            env[WORKING_DIR_VAR] = str(settings.working_dir)
+            ipybox_env[WORKING_DIR_VAR] = str(settings.working_dir)
+        defaults = {k: v for k, v in settings.kernel_env().items() if k not in settings.env}
+        env = kernel_environment(defaults | ipybox_env)
+        kernel_env = {k: v for k, v in settings.env.items() if k not in ipybox_env}
         cwd, limits = settings.working_dir, self.limits
 
         def new_kernel() -> KernelLike:
@@ -81,7 +88,7 @@ class LocalBackend:
             private = runtime_dir / "kernels" / name
             private.mkdir(mode=0o700)
             if not self.sandbox:
-                return Kernel(private, cwd, env, [], limits, own_dir=True)
+                return Kernel(private, cwd, env, [], limits, own_dir=True, kernel_env=kernel_env)
             prefix = sandbox_command(
                 self.sandbox_config,
                 runtime_dir / f"sandbox-{name}.json",
@@ -92,7 +99,16 @@ class LocalBackend:
                 readable=import_paths(settings.env),
                 gpus=self.gpus,
             )
-            return Kernel(private, cwd, sandboxed_environment(env, private), prefix, limits, own_dir=True)
+            own = {k: v for k, v in kernel_env.items() if k not in SANDBOX_FIXED_VARS}
+            return Kernel(
+                private,
+                cwd,
+                sandboxed_environment(env, private),
+                prefix,
+                limits,
+                own_dir=True,
+                kernel_env=own,
+            )
 
         return new_kernel
 

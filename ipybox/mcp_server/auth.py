@@ -82,6 +82,11 @@ class TokenFile:
         return AccessToken(token=token, client_id=found, scopes=[], subject=found)
 
 
+class LocalAccessToken(AccessToken):
+    """An access token that `LocalToken` accepted: its holder is the local principal, never a
+    user of that name (only `LocalToken` makes these; other verifiers name `user:` principals)."""
+
+
 class LocalToken:
     """The one token of an HTTP server without `--auth-tokens`: made at the first start and kept in
     `path` (mode 0600, outside any workspace), so that only this operating-system user can connect.
@@ -98,7 +103,7 @@ class LocalToken:
         digest = hashlib.sha256(token.encode(errors="surrogatepass")).digest()
         if not hmac.compare_digest(digest, self._digest):
             return None
-        return AccessToken(token=token, client_id=LOCAL, scopes=[], subject=LOCAL)
+        return LocalAccessToken(token=token, client_id=LOCAL, scopes=[], subject=LOCAL)
 
 
 def local_token_file() -> Path:

@@ -16,6 +16,29 @@ logger = logging.getLogger(__name__)
 
 #: The principal of a server without authentication (stdio, or HTTP on loopback).
 LOCAL = "local"
+#: Authenticated principals are named `user:<name>`: no token-file entry or JWT subject is LOCAL.
+_USER = "user:"
+
+
+def user_principal(name: str) -> str:
+    """The principal of an authenticated user called `name` (a token-file name, a JWT's `sub`)."""
+    return _USER + name
+
+
+def user_name(principal: str) -> str | None:
+    """The name of an authenticated principal; None for the local principal."""
+    if principal.startswith(_USER):
+        return principal[len(_USER) :]
+    if principal != LOCAL:
+        raise ValueError(f"not a principal: {principal!r}")
+    return None
+
+
+def shown(principal: str) -> str:
+    """A principal as people read it: its user's name, or `local`."""
+    return user_name(principal) or LOCAL
+
+
 DEFAULT_KERNEL = "default"
 _KERNEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 

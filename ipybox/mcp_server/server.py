@@ -81,6 +81,8 @@ def create_server(
 ) -> MCPServer[Any]:
     """Build the ipybox MCP server for a workspace (with `token_verifier` and `auth`: for principals)."""
     homes = Homes(options.workspace, shared=options.shared_workspace, audit_log=options.audit_log)
+    if token_verifier is not None:  # users' homes: out of every kernel's reach from now on
+        homes.prepare()
     executor_options = options.executor
     spares = SpareKernels(options.spare_kernels)
 

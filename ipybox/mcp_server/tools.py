@@ -21,6 +21,7 @@ from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecuti
 from ipybox.mcp_apigen import generate_mcp_sources
 from ipybox.mcp_connect import PlaceholderError, placeholder_names
 from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
+from ipybox.mcp_server.auth import LocalAccessToken
 from ipybox.mcp_server.cells import (
     DECLINED,
     DONE,
@@ -32,8 +33,16 @@ from ipybox.mcp_server.cells import (
     pending_approvals,
 )
 from ipybox.mcp_server.homes import Homes
-from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool, check_kernel_name
+from ipybox.mcp_server.kernels import (
+    DEFAULT_KERNEL,
+    LOCAL,
+    KernelPool,
+    check_kernel_name,
+    shown,
+    user_principal,
+)
 from ipybox.mcp_server.output import truncate
+from ipybox.sandbox.owned import HomeError
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.audit import AuditLog
 
@@ -57,9 +66,11 @@ class _Approve(BaseModel):
 
 
 def principal() -> str:
-    """Who calls: the authenticated identity, or LOCAL without authentication."""
+    """Who calls: the authenticated user, or LOCAL without authentication."""
     token = get_access_token()
-    return token.client_id if token is not None else LOCAL
+    if token is None or isinstance(token, LocalAccessToken):
+        return LOCAL
+    return user_principal(token.client_id)
 
 
 class Tools:
@@ -96,7 +107,7 @@ class Tools:
         Params, Result, run(). server_params: {command, args, env} or {url, headers}; secrets as
         "${VAR}" (from .env)."""
         who = principal()
-        root = self.home.workspace(who)
+        root = self._workspace(who)
         try:
             modules = await generate_mcp_sources(
                 server_name, server_params, root / "mcptools", workspace=root, allow_env=self.allow_env
@@ -136,8 +147,9 @@ class Tools:
             run = self.parked.take(ctx.request_state, who)
             if run is None:
                 raise ToolError("This cell's approval requests expired; run the cell again.")
-            await run.answer(ctx.input_responses, f"user ({who}) through the client")
+            await run.answer(ctx.input_responses, f"user ({shown(who)}) through the client")
         else:
+            self._workspace(who)
             run = self._start(code, ctx, who, kernel, timeout, max_output_chars)
             await self.parked.abandon(who, kernel)
         async with interrupted_if_client_leaves(run, ctx.request_context.request):
@@ -168,6 +180,13 @@ class Tools:
             decide=None if self.policy.mode == "auto" else self._decider(who, can_ask),
             audit=self._audit(who),
         )
+
+    def _workspace(self, who: str) -> Path:
+        """The principal's workspace; a home ipybox refuses (one it did not make) is the tool's error."""
+        try:
+            return self.home.workspace(who)
+        except HomeError as e:
+            raise ToolError(str(e)) from None
 
     def _decider(self, who: str, can_ask: bool) -> Decider:
         read_only = ReadOnlyTools(self.home.workspace(who))
@@ -243,11 +262,13 @@ class Tools:
         except Exception as e:  # the client failed to ask: refuse rather than run unapproved
             logger.warning("elicitation failed: %s", e)
             accepted = False
-        await run.decide(request, accepted, f"user ({run.principal}) through the client", DECLINED)
+        await run.decide(request, accepted, f"user ({shown(run.principal)}) through the client", DECLINED)
 
     async def install_package(self, package_name: str, ctx: Context[Any, Any]) -> str:
         """pip-install a package for the kernel: "numpy>=1.26" or "git+https://..." (network allowed)."""
-        return await self._install(package_name, principal())
+        who = principal()
+        self._workspace(who)
+        return await self._install(package_name, who)
 
     async def reset(self, ctx: Context[Any, Any], kernel: str = DEFAULT_KERNEL) -> str:
         """Clear a kernel's variables and imports (files and mcptools/ stay)."""
@@ -255,7 +276,9 @@ class Tools:
             check_kernel_name(kernel)
         except ValueError as e:
             raise ToolError(str(e)) from None
-        async with self.kernels.use(principal(), kernel) as (executor, _):
+        who = principal()
+        self._workspace(who)
+        async with self.kernels.use(who, kernel) as (executor, _):
             await executor.reset()
         return f"Kernel {kernel!r} reset."
 

@@ -12,11 +12,12 @@ from ipybox.sandbox.config import (
     sandbox_command,
     sandbox_problem,
 )
-from ipybox.sandbox.env import sandboxed_environment
+from ipybox.sandbox.env import SANDBOX_FIXED_VARS, sandboxed_environment
 from ipybox.sandbox.reads import import_paths
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "SANDBOX_FIXED_VARS",
     "WORKSPACE_CONFIG",
     "Gpus",
     "SandboxError",

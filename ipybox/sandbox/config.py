@@ -18,7 +18,7 @@ from typing import Any
 
 from ipybox._programs import which
 from ipybox.errors import IpyboxError
-from ipybox.sandbox import autorun, devices, reads
+from ipybox.sandbox import autorun, devices, owned, reads
 from ipybox.sandbox.launcher import write_launcher
 from ipybox.sandbox.placeholders import Placeholders, sweep
 from ipybox.tool_exec.registry import state_dir
@@ -330,7 +330,9 @@ def sandbox_command(
     `working_dir`: srt's own protections of its working directory would leave mount points in
     the workspace; ipybox protects the workspace itself (see `ipybox.sandbox.autorun`), with
     placeholders that `release_sandbox(policy_file.parent)` removes once the kernels ended.
-    srt starts bubblewrap through ipybox's launcher, written beside `policy_file`.
+    srt starts bubblewrap through ipybox's launcher, written beside `policy_file`. The homes of
+    the MCP server's principals are hidden and read-only but for the kernel's own (see
+    `ipybox.sandbox.owned`).
     """
     srt = srt_executable()
     runtime = policy_file.parent.absolute()
@@ -343,13 +345,17 @@ def sandbox_command(
     keep = [policy_file.absolute(), *(Path(p).absolute() for p in protected)]
     if config_path is not None:
         keep.append(Path(config_path).resolve())
+    allow_write = config.get("filesystem", {}).get("allowWrite", [])
+    writable = [Path(os.path.abspath(os.path.expanduser(p))) for p in allow_write]
+    homes, keep_out = owned.confinement(workspace, writable)  # other principals' homes
+    keep += keep_out
     placeholders = _placeholders.setdefault(runtime, Placeholders(_lock_dir()))
     keep += _protect_writable(config, workspace, writable_dir, placeholders, keep)
     policy = kernel_policy(
         config,
         writable_dir,
         keep,
-        [workspace / ".env"],
+        [workspace / ".env", *homes],
         [*reachable, srt_tmp],
         workspace=workspace,
         readable=[*readable, *grant.readable],

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+#: Where IPython and Jupyter keep what runs at a kernel's start: always in the private dir.
+SANDBOX_FIXED_VARS = ("IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR")
+
 
 def sandboxed_environment(env: Mapping[str, str], private_dir: Path) -> dict[str, str]:
     """`env` plus where a sandboxed kernel keeps temporary files, caches and configuration.
@@ -24,12 +27,6 @@ def sandboxed_environment(env: Mapping[str, str], private_dir: Path) -> dict[str
         "MPLCONFIGDIR": str(dirs["matplotlib"]),
         "XDG_CACHE_HOME": str(dirs["cache"]),
     }
-    return (
-        overridable
-        | dict(env)
-        | {
-            "IPYTHONDIR": str(dirs["ipython"]),
-            "JUPYTER_CONFIG_DIR": str(dirs["jupyter"]),
-            "JUPYTER_DATA_DIR": str(dirs["jupyter"]),
-        }
-    )
+    ipython, jupyter = str(dirs["ipython"]), str(dirs["jupyter"])
+    fixed = dict(zip(SANDBOX_FIXED_VARS, (ipython, jupyter, jupyter), strict=True))
+    return overridable | dict(env) | fixed

@@ -196,6 +196,11 @@ async def test_printed_token_lets_both_protocol_eras_in(http_server: HttpIpybox)
     for mode in MODES:
         async with connect(http_server.url, printed[1], mode) as client:
             assert await output(client, f"x = {mode!r}\nprint(x)") == mode
+            # the token's holder is the local user: its kernel works in the workspace itself,
+            # not in a home of a user named like the local principal
+            assert await output(client, "import os\nprint(os.getcwd())") == str(http_server.workspace)
+    users = http_server.workspace / "users"
+    assert not users.exists() or not list(users.iterdir())
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running a client as another user (uid 65534) needs root")

@@ -20,6 +20,7 @@ from servers.launch import NODE_BIN, require_sandbox
 
 from ipybox import CodeExecutor
 from ipybox.mcp_server.homes import Homes, principal_dir
+from ipybox.mcp_server.kernels import user_principal
 from ipybox.tool_exec.audit import AuditLog
 
 from .conftest import EVERYTHING, Ipybox, images_of, open_ipybox, requires_node, text_of
@@ -220,7 +221,7 @@ def test_principal_directories_never_collide(tmp_path: Path) -> None:
     dirs = [principal_dir(n) for n in names]
     assert len(set(dirs)) == len(names), dict(zip(names, dirs, strict=True))
     homes = Homes(tmp_path)
-    paths = {homes.workspace(n) for n in names}
+    paths = {homes.workspace(user_principal(n)) for n in names}
     assert len(paths) == len(names) and all(p.is_dir() and p.parent == tmp_path / "users" for p in paths)
     assert principal_dir("bob") == "bob"  # plain names keep their documented directory
 
@@ -230,6 +231,11 @@ def test_principal_directory_planted_as_a_link_is_refused(tmp_path: Path) -> Non
     elsewhere.mkdir()
     (tmp_path / "ws" / "users").mkdir(parents=True)
     (tmp_path / "ws" / "users" / "bob").symlink_to(elsewhere)
+    with pytest.raises(PermissionError, match="ipybox did not make it"):
+        Homes(tmp_path / "ws").workspace(user_principal("bob"))
+    assert not os.listdir(elsewhere)
+    (tmp_path / "ws" / "users").rename(tmp_path / "ws" / "old")
+    (tmp_path / "ws" / "users").symlink_to(elsewhere)  # the tree itself
     with pytest.raises(PermissionError, match="symbolic link"):
-        Homes(tmp_path / "ws").workspace("bob")
+        Homes(tmp_path / "ws").workspace(user_principal("carol"))
     assert not os.listdir(elsewhere)
