@@ -73,7 +73,10 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
 def test_tool_server_example_accepts_and_rejects(tmp_path: Path) -> None:
     out = run([sys.executable, "examples/tool_server.py"], tmp_path)
     assert "get-sum: The sum of 2 and 3 is 5." in out
-    assert "echo: ApprovalRejectedError: Tool call everything.echo was rejected by the application." in out
+    assert "approval requested: everything.get-sum(a=2, b=3)" in out
+    # the reason the remote approval client gave reaches the calling code
+    refused = "Tool call everything.echo was refused by this application's policy: only get-sum may run."
+    assert f"echo: ApprovalRejectedError: {refused}" in out
 
 
 def test_sandbox_example_blocks_and_allows(tmp_path: Path) -> None:
