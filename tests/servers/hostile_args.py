@@ -28,6 +28,7 @@ HIDERS = [
     "\xad\U000e0041\U000e007f",  # soft hyphen, tag characters
     "line\u2028sep\u2029\x85",  # line/paragraph separators, NEL
     "\u3164\u115f\u2800",  # blank letters
+    "Z" + "\u0336\u0489" * 40,  # a stack of combining marks smearing over the text around it
 ]
 
 
@@ -76,3 +77,7 @@ def assert_shown_safely(prompt: str, *, lines: bool = False) -> None:
     raw = [c for c in prompt if unicodedata.category(c) in _HIDDEN and not (lines and c == "\n")]
     raw += [c for c in prompt if c in "\u3164\u115f\u2800"]
     assert not raw, [hex(ord(c)) for c in raw]
+    marks = 0
+    for c in prompt:
+        marks = marks + 1 if unicodedata.combining(c) or unicodedata.category(c) == "Me" else 0
+        assert marks <= 2, prompt

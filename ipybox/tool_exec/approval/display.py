@@ -33,6 +33,8 @@ _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
 #: Letters and symbols that draw nothing (Hangul fillers, the blank braille pattern).
 _BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+#: Combining marks shown on one character; more are escaped.
+_MARKS = 2
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
 
 
@@ -44,6 +46,10 @@ def _visible(char: str) -> str:
         return _SHORT[char]
     if char not in _BLANK and unicodedata.category(char) not in _HIDDEN_CATEGORIES:
         return char
+    return _escaped(char)
+
+
+def _escaped(char: str) -> str:
     code = ord(char)
     if code > 0xFFFF:  # as JSON writes it: a surrogate pair
         code -= 0x10000
@@ -52,10 +58,15 @@ def _visible(char: str) -> str:
 
 
 def escape(text: str) -> str:
-    """`text` with every character a person could not see, or a terminal would act on, escaped."""
+    """`text` with every character a person could not see, or a terminal would act on, escaped;
+    combining marks past `_MARKS` on one character too (a stack of them smears over other text)."""
     if text.isascii() and text.isprintable():
         return text
-    return "".join(map(_visible, text))
+    shown, marks = [], 0
+    for char in text:
+        marks = marks + 1 if unicodedata.combining(char) or unicodedata.category(char) == "Me" else 0
+        shown.append(_escaped(char) if marks > _MARKS else _visible(char))
+    return "".join(shown)
 
 
 def quote(text: str) -> str:
