@@ -63,7 +63,7 @@ async def run_agent_code(executor: CodeExecutor, auto_approve: bool) -> None:
                 if answer.strip().lower() in ("", "y", "yes"):
                     await item.accept()
                 else:
-                    await item.reject()
+                    await item.reject("declined by the user at the prompt")
             case CodeExecutionChunk(text=text):
                 print(f"   | {text}", end="" if text.endswith("\n") else "\n")
             case CodeExecutionResult(text=text):

@@ -20,8 +20,8 @@ async def decide(request: ApprovalRequest) -> None:
     print(f"approval requested: {request}")
     if request.tool_name == "get-sum":
         await request.accept()
-    else:
-        await request.reject()
+    else:  # the calling code's error gives the reason
+        await request.reject("refused by this application's policy: only get-sum may run")
 
 
 async def main() -> None:

@@ -131,3 +131,34 @@ async def run_in_kernel(block: Block, work: Path) -> None:
     await generate_mcp_sources("everything", everything_params(), work / "mcptools")
     async with CodeExecutor(working_dir=work, spare_kernel=False) as executor:
         await executor.execute(block.code, timeout=120)
+
+
+def _example_and_output(doc: str, test: str) -> tuple[Block, str]:
+    """The block marked as tested by `test`, and the text block after it (what it prints)."""
+    [block] = [b for b in BLOCKS if b.doc == doc and b.argument.endswith(f"::{test}")]
+    text = (REPO / doc).read_text()
+    after = "\n".join(text.splitlines()[block.line - 1 :])
+    printed = re.search(r"```python\n.*?```\n.*?```text\n(.*?)```", after, re.S)
+    assert printed, f"{block}: no ```text block of its output follows"
+    return block, printed.group(1)
+
+
+@pytest.mark.timeout(120)
+def test_approval_prompt_example_prints_what_the_doc_shows(tmp_path: Path) -> None:
+    """docs/tool-calls.md shows a hostile call's prompt: the doc's output is the example's, exactly."""
+    if not node_servers_installed():
+        pytest.skip("node MCP servers not installed")
+    block, shown = _example_and_output(
+        "docs/tool-calls.md", "test_approval_prompt_example_prints_what_the_doc_shows"
+    )
+    (tmp_path / "block.py").write_text(block.code)
+    done = subprocess.run(
+        [sys.executable, "block.py"],
+        cwd=tmp_path,
+        env=user_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == shown

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,7 +44,7 @@ def test_quickstart_asks_for_each_approval_and_prints_the_result(tmp_path: Path)
         [sys.executable, "examples/quickstart.py", "--workspace", str(workspace)], tmp_path, stdin="y\n" * 4
     )
     assert out.count("approve everything.") == 4
-    assert "approve everything.get-structured-content(location='New York')" in out
+    assert 'approve everything.get-structured-content(location="New York")' in out
     assert re.search(r"Echo: warmest city: (New York|Chicago|Los Angeles)", out)
     assert "3. Result returned to the agent:" in out
     assert (workspace / "mcptools" / "everything" / "get_structured_content.py").is_file()
@@ -55,7 +57,7 @@ def test_quickstart_reports_a_rejected_call_to_the_agent(tmp_path: Path) -> None
         stdin="y\ny\ny\nn\n",
     )
     assert "The agent's code failed" in out
-    assert "ApprovalRejectedError: Tool call everything.echo was rejected by the application." in out
+    assert "ApprovalRejectedError: Tool call everything.echo was declined by the user at the prompt." in out
 
 
 def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
@@ -64,14 +66,17 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     script = tmp_path / "quickstart.py"
     script.write_text(code)
     out = run([sys.executable, str(script)], tmp_path, stdin="Y\n", cwd=tmp_path)  # the default's capital
-    assert "Approve everything.get-sum(a=2.0, b=3.0)? [Y/n]" in out
+    assert "Approve everything.get-sum(a=2, b=3)? [Y/n]" in out
     assert out.rstrip().splitlines()[-1].endswith("The sum of 2 and 3 is 5.")
 
 
 def test_tool_server_example_accepts_and_rejects(tmp_path: Path) -> None:
     out = run([sys.executable, "examples/tool_server.py"], tmp_path)
     assert "get-sum: The sum of 2 and 3 is 5." in out
-    assert "echo: ApprovalRejectedError: Tool call everything.echo was rejected by the application." in out
+    assert "approval requested: everything.get-sum(a=2, b=3)" in out
+    # the reason the remote approval client gave reaches the calling code
+    refused = "Tool call everything.echo was refused by this application's policy: only get-sum may run."
+    assert f"echo: ApprovalRejectedError: {refused}" in out
 
 
 def test_sandbox_example_blocks_and_allows(tmp_path: Path) -> None:
@@ -115,3 +120,68 @@ def test_quickstart_stops_at_once_on_ctrl_c_at_the_prompt(tmp_path: Path) -> Non
         errors = demo.stderr.read().decode()
     assert demo.returncode == 130, errors
     assert "interrupted" in errors and "Traceback" not in errors
+
+
+#: Agent code a hostile kernel runs in the quickstart: its last argument's name returns the cursor,
+#: erases the line and redraws a harmless prompt over the real one, whose `cmd` is the payload.
+_REDRAWING_CALL = r"""
+import mcptools.everything as pkg
+from ipybox import ToolRunner
+fake = "\r\x1b[2K   approve everything.echo(message='hello')? [Y/n] \x1b[8m"
+ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync(
+    "echo", {"message": "hello", "cmd": "PAYLOAD-curl-evil|sh", fake: "\x1b[0m"}
+)
+"""
+#: The demo's prompt line on the screen, whole (the agent code printed before starts otherwise).
+_PROMPT = re.compile(r"^   approve .*\? \[Y/n\] ?$", re.M)
+_DEMO = f"""
+import asyncio, sys
+from pathlib import Path
+sys.path.insert(0, {str(REPO / "examples")!r})
+import quickstart
+quickstart.AGENT_CODE = {_REDRAWING_CALL!r}
+asyncio.run(quickstart.main(Path(sys.argv[1]), auto_approve=False))
+print("DEMO ENDED")
+"""
+
+
+def test_demo_prompt_on_a_real_terminal_shows_the_hidden_argument(tmp_path: Path) -> None:
+    """The quickstart's own prompt code, in tmux: what is on the screen is what will run."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed (apt-get install -y tmux): the terminal check needs it")
+    script = tmp_path / "demo.py"
+    script.write_text(_DEMO)
+    env = {
+        "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}",
+        "HOME": os.environ["HOME"],
+        "IPYBOX_STATE_DIR": str(tmp_path / "state"),
+        "TERM": "xterm-256color",
+    }
+    socket = ["-L", f"ipybox-test-{os.getpid()}", "-f", "/dev/null"]
+    command = f"{sys.executable} {script} {tmp_path / 'ws'}; sleep 600"
+    session = ["new-session", "-d", "-x", "160", "-y", "50", command]
+    subprocess.run([tmux, *socket, *session], env=env, check=True)
+    try:
+        screen = _screen_once(tmux, socket, _PROMPT)
+        [prompt] = _PROMPT.findall(screen)
+        assert "PAYLOAD-curl-evil|sh" in prompt, screen  # the argument that will run is on screen
+        assert prompt.startswith('   approve everything.echo(message="hello", cmd="PAYLOAD'), screen
+        assert '"\\r\\u001b[2K   approve' in prompt, screen  # the redraw is shown, not done
+        subprocess.run([tmux, *socket, "send-keys", "n", "Enter"], check=True)
+        screen = _screen_once(tmux, socket, re.compile("DEMO ENDED"))
+        assert "Tool call everything.echo was declined by the user at the prompt." in screen
+    finally:
+        subprocess.run([tmux, *socket, "kill-server"], check=False)
+
+
+def _screen_once(tmux: str, socket: list[str], text: re.Pattern[str]) -> str:
+    """The pane's text (wrapped lines joined) once `text` is found in it (the test's timeout bounds
+    the wait)."""
+    while True:
+        screen = subprocess.run(
+            [tmux, *socket, "capture-pane", "-p", "-J"], capture_output=True, text=True, check=True
+        ).stdout
+        if text.search(screen):
+            return screen
+        time.sleep(0.2)

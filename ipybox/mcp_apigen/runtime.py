@@ -458,7 +458,7 @@ def call(params_type: type[_P], params: _P | Mapping[str, Any], result_type: typ
     binding = _BINDINGS.get(params_type) or _bind(params_type)
     if type(params) is not params_type:
         params = params_type.model_validate(params)
-    args = cast("BaseModel", params).model_dump(mode="json", exclude_unset=True)
+    args = _whole_numbers(cast("BaseModel", params).model_dump(mode="json", exclude_unset=True))
     result = binding.runner.run_sync(binding.tool_name, args)
     if result_type is str:
         return cast("_R", result if isinstance(result, str) else str(result))
@@ -471,6 +471,18 @@ def call(params_type: type[_P], params: _P | Mapping[str, Any], result_type: typ
         except ValueError:
             pass
     return cast("_R", parse_result(model, result, binding.tool_name))
+
+
+def _whole_numbers(value: Any) -> Any:
+    """`value` with whole floats as ints: a `number` field turns `2` into `2.0`, which JSON, the
+    person approving the call and the audit log should see as the `2` the code passed."""
+    if type(value) is float and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
 
 
 # --- the package of a server ------------------------------------------------------------------

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import hashlib
 import json
+import os
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ipybox.tool_exec.approval import display
 from ipybox.tool_exec.registry import state_dir
+from ipybox.tool_exec.server import SHELL_SERVER
 
 Action = Literal["allow", "ask", "deny"]
 _ACTIONS = ("allow", "ask", "deny")
@@ -28,6 +34,8 @@ class Rule:
 class Verdict:
     action: Action
     reason: str  # what decided, for the audit log
+    #: What the calling code hears when a rule denies the call (the agent must know no person said no).
+    refusal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,10 +70,19 @@ class ApprovalPolicy:
             return Verdict("allow", "auto (--approval auto)")
         for number, rule in enumerate(self.rules, 1):
             if fnmatch.fnmatchcase(server, rule.server) and fnmatch.fnmatchcase(tool, rule.tool):
-                return Verdict(rule.action, f"rule {number} of {self.source}")
+                where = f"rule {number} of {self.source}"
+                return Verdict(rule.action, where, _refusal(where, rule) if rule.action == "deny" else None)
         if read_only:
             return Verdict("allow", "read-only tool (readOnlyHint)")
         return Verdict("ask", "ask")
+
+
+def _refusal(where: str, rule: Rule) -> str:
+    return (
+        f"denied by a standing approval rule, not by a person: {where} (server = {json.dumps(rule.server)}, "
+        f'tool = {json.dumps(rule.tool)}, action = "deny"). Every such call is denied until the user '
+        "changes that rule: do not retry it; tell the user which call the rule stopped"
+    )
 
 
 def _rules(data: dict[str, Any], path: Path) -> tuple[Rule, ...]:
@@ -90,14 +107,58 @@ def _rules(data: dict[str, Any], path: Path) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+#: The title of every question (elicitation form) about a call.
+QUESTION_TITLE = "Allow this call from code running in ipybox?"
+#: Characters of each argument's value shown in a question (each argument has its own).
+QUESTION_VALUE_LIMIT = 500
+#: Seconds the full arguments of a question stay in the state directory.
+_SPILL_KEEP = 86400
+
+
 def describe_call(server: str, tool: str, args: dict[str, Any]) -> str:
-    """The question put to the user."""
-    shown = json.dumps(args, ensure_ascii=False, default=str)
-    if len(shown) > 1500:
-        shown = shown[:1500] + " …"
-    if server == "ipybox":  # shell commands (--approve-shell-cmds)
-        return f"Code running in ipybox wants to run a shell command: {args.get('cmd', shown)}\nAllow it?"
-    return f"Code running in ipybox wants to call {server}.{tool} with {shown}\nAllow it?"
+    """The question put to the user: every name and value escaped (see `display`); a value too long
+    to show is cut with a note naming the file, outside the workspace, that holds all of them."""
+    spill = _Spill(args)
+    if server == SHELL_SERVER and isinstance(args.get("cmd"), str):  # --approve-shell-cmds
+        kind, shown = display.name(tool), display.command(args["cmd"], spill.hint)
+        return f"Code running in ipybox wants to run a shell command ({kind}):\n{shown}\nAllow it?"
+    lines = [f"  {arg}" for arg in display.arguments(args, spill.hint, QUESTION_VALUE_LIMIT)]
+    call = f"{display.name(server)}.{display.name(tool)}"
+    if not lines:
+        return f"Code running in ipybox wants to call {call} with no arguments.\nAllow it?"
+    return f"Code running in ipybox wants to call {call} with:\n" + "\n".join(lines) + "\nAllow it?"
+
+
+class _Spill:
+    """Where all of a question's arguments can be read when one is cut: a file written on the first
+    `hint()`, as ASCII-only JSON (so printing it is safe too), in ipybox's state directory."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self._args = args
+        self._where: str | None = None
+
+    def hint(self, label: str | None) -> str:
+        if self._where is None:
+            self._where = _spill(self._args)
+        return self._where
+
+
+def _spill(args: dict[str, Any]) -> str:
+    text = json.dumps(args, ensure_ascii=True, indent=1, default=repr)
+    folder = state_dir() / "approvals"
+    path = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for old in folder.glob("*.json"):  # a day's questions are kept
+            with contextlib.suppress(OSError):
+                if old.stat().st_mtime < time.time() - _SPILL_KEEP:
+                    old.unlink()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    except OSError as e:
+        return f"all of it could not be saved ({e.strerror or e}): decline unless you know what it holds"
+    return f"all arguments, in full: {display.escape(str(path))} on the ipybox host"
 
 
 class ReadOnlyTools:

@@ -15,19 +15,29 @@ import anyio
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequest, InputResponses
 
 from ipybox.code_exec import CodeExecutionChunk, CodeExecutionResult, CodeExecutor
-from ipybox.mcp_server.approval import Verdict, describe_call
+from ipybox.mcp_server.approval import QUESTION_TITLE, Verdict, describe_call
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.audit import AuditLog
 
 logger = logging.getLogger(__name__)
 
 DONE = object()
-#: What kernel code hears when the user declines (or cancels) a tool call's elicitation.
-DECLINED = "declined by the user"
+#: What kernel code hears when the user declines a tool call's elicitation, dismisses it, or the
+#: client leaves it unanswered: the agent must tell a person's no from a rule's.
+_ANSWERS = {
+    "decline": "declined by the user when asked",
+    "cancel": "dismissed by the user without an answer (cancelled), so it did not run",
+    None: "not answered: the client returned no answer for it, so it did not run",
+}
 Event = CodeExecutionChunk | ApprovalRequest | object
 #: Decides a tool call without the user: the policy's verdict for (server, tool).
 Decider = Callable[[ApprovalRequest], Verdict]
-_APPROVE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+_APPROVE_SCHEMA: dict[str, Any] = {"type": "object", "title": QUESTION_TITLE, "properties": {}}
+
+
+def refusal(action: str | None) -> str:
+    """What kernel code hears for a call the user did not accept (`action`: the elicitation's answer)."""
+    return _ANSWERS.get(action, _ANSWERS[None])
 
 
 class CellRun:
@@ -89,7 +99,7 @@ class CellRun:
         if verdict.action == "ask":
             self.events.put_nowait(request)
         else:
-            await self.decide(request, verdict.action == "allow", verdict.reason)
+            await self.decide(request, verdict.action == "allow", verdict.reason, verdict.refusal)
 
     async def decide(
         self, request: ApprovalRequest, accept: bool, by: str, reason: str | None = None
@@ -123,11 +133,12 @@ class CellRun:
         asking, self.asking = self.asking, {}
         for key, request in asking.items():
             response = (responses or {}).get(key)
-            accepted = isinstance(response, ElicitResult) and response.action == "accept"
-            await self.decide(request, accepted, by, DECLINED)
+            action = response.action if isinstance(response, ElicitResult) else None
+            await self.decide(request, action == "accept", by, refusal(action))
 
-    async def cancel(self) -> None:
-        """Interrupt the cell (the kernel keeps its state) and wait for the run to end.
+    async def cancel(self, why: str = "refused: the cell was interrupted before the user answered") -> None:
+        """Interrupt the cell (the kernel keeps its state) and wait for the run to end; calls still
+        waiting for the user are refused saying `why`.
 
         Only this run's cell: another one already queued for the same kernel (the next call of
         the client that gave up on this one, say) is left alone.
@@ -135,7 +146,7 @@ class CellRun:
         if self._task.done():
             return
         for request in self.asking.values():
-            await request.reject()
+            await request.reject(why)
         self.asking.clear()
         self._task.cancel()
         with contextlib.suppress(BaseException):
@@ -173,7 +184,7 @@ class ParkedRuns:
                 )
                 del self._runs[run_id]
                 self._expiry.pop(run_id).cancel()
-                await run.cancel()
+                await run.cancel("refused: the client sent a new cell for this kernel instead of answering")
 
     def _expire(self, run_id: str, round_: int) -> None:
         run = self._runs.get(run_id)
@@ -181,7 +192,8 @@ class ParkedRuns:
             logger.info("no answer to the approval requests of a cell in %g s: interrupting it", self.ttl)
             del self._runs[run_id]
             self._expiry.pop(run_id, None)
-            task = asyncio.create_task(run.cancel())
+            why = f"not answered by the user within {self.ttl:g} s: the cell was interrupted"
+            task = asyncio.create_task(run.cancel(why))
             self._cancelling.add(task)
             task.add_done_callback(self._cancelling.discard)
 

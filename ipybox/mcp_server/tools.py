@@ -15,15 +15,14 @@ from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent, InputRequiredResult, TextContent
 from mcp_types.version import is_version_at_least
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
 from ipybox.mcp_apigen import generate_mcp_sources
 from ipybox.mcp_connect import PlaceholderError, placeholder_names
-from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
+from ipybox.mcp_server.approval import QUESTION_TITLE, ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
 from ipybox.mcp_server.auth import LocalAccessToken
 from ipybox.mcp_server.cells import (
-    DECLINED,
     DONE,
     CellRun,
     Decider,
@@ -31,6 +30,7 @@ from ipybox.mcp_server.cells import (
     events,
     interrupted_if_client_leaves,
     pending_approvals,
+    refusal,
 )
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import (
@@ -63,6 +63,8 @@ Content = list[TextContent | ImageContent]
 
 class _Approve(BaseModel):
     """Accept runs the tool call; decline or cancel refuses it."""
+
+    model_config = ConfigDict(title=QUESTION_TITLE)
 
 
 def principal() -> str:
@@ -258,11 +260,11 @@ class Tools:
         message = describe_call(request.server_name, request.tool_name, request.tool_args)
         try:
             answer = await ctx.elicit(message, _Approve)
-            accepted = answer.action == "accept"
+            accepted, why = answer.action == "accept", refusal(answer.action)
         except Exception as e:  # the client failed to ask: refuse rather than run unapproved
             logger.warning("elicitation failed: %s", e)
-            accepted = False
-        await run.decide(request, accepted, f"user ({shown(run.principal)}) through the client", DECLINED)
+            accepted, why = False, f"not approved: the client failed to put the question to the user ({e})"
+        await run.decide(request, accepted, f"user ({shown(run.principal)}) through the client", why)
 
     async def install_package(self, package_name: str, ctx: Context[Any, Any]) -> str:
         """pip-install a package for the kernel: "numpy>=1.26" or "git+https://..." (network allowed)."""

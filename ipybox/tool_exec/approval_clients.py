@@ -52,8 +52,12 @@ async def serve_approval_client(
             answer = json.loads(line)
             request = pending.pop(answer.get("id"), None)
             if request is not None:
-                await (request.accept() if answer.get("accepted") is True else request.reject())
+                reason = answer.get("reason")
+                if answer.get("accepted") is True:
+                    await request.accept()
+                else:
+                    await request.reject(reason if isinstance(reason, str) and reason else None)
     finally:
         channel.disconnect(forward)
         for request in pending.values():
-            await request.reject()
+            await request.reject("refused: the approval client disconnected before deciding")

@@ -38,7 +38,7 @@ with ThreadPoolExecutor(3) as pool:
 """
 #: A read-only call (run unasked) that starts the kernel and its connection to the notes server.
 WARM_UP = "from mcptools.notes import count_notes\nprint(count_notes.run(count_notes.Params()).result)"
-_ASKED_TEXT = re.compile(r'"text": "([^"]+)"')
+_ASKED_TEXT = re.compile(r'text="([^"]+)"')
 
 
 @dataclass
@@ -122,7 +122,7 @@ async def test_concurrent_calls_are_asked_in_one_round(server: Server) -> None:
     assert isinstance(final, CallToolResult) and not final.is_error, final
     assert text_of(final).splitlines() == [
         "round-a added",
-        "round-b refused: Tool call notes.add_note was declined by the user.",
+        "round-b refused: Tool call notes.add_note was declined by the user when asked.",
         "round-c added",
     ]
     assert server.added() == ["round-a", "round-c"]  # exactly the accepted calls ran
@@ -147,7 +147,8 @@ async def test_client_answers_every_request_of_the_round(server: Server) -> None
     async with connect(server.url, None, "auto", user) as client:  # type: ignore[arg-type]
         out = await output(client, _cell(texts), kernel="driven")
     assert rounds == [set(texts)]
-    assert out.splitlines()[1] == "driven-b refused: Tool call notes.add_note was declined by the user."
+    refused = "driven-b refused: Tool call notes.add_note was declined by the user when asked."
+    assert out.splitlines()[1] == refused
     assert [line for line in server.added() if line.startswith("driven")] == ["driven-a", "driven-c"]
 
 
@@ -168,7 +169,7 @@ async def test_handshake_era_asks_each_call(server: Server) -> None:
     assert sorted(asked) == texts  # each call asked once
     assert out.splitlines() == [
         "legacy-a added",
-        "legacy-b refused: Tool call notes.add_note was declined by the user.",
+        "legacy-b refused: Tool call notes.add_note was declined by the user when asked.",
         "legacy-c added",
     ]
     assert [line for line in server.added() if line.startswith("legacy")] == ["legacy-a", "legacy-c"]

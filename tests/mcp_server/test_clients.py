@@ -174,8 +174,11 @@ async def test_user_approves_tool_calls_from_code(team: Team, mode: str, tmp_pat
         out = await output(alice, code)
     lines = out.splitlines()
     assert [line.split(" |")[0] for line in lines] == ["refused one", "refused three", "count 1"]
-    # decline and cancel alike: the kernel's error names the user, not the application
-    assert all(line.endswith("was declined by the user.") for line in lines[:2]), lines
+    # the kernel's error names the user, not the application, and tells decline from cancel
+    assert lines[0].endswith("was declined by the user when asked."), lines
+    assert lines[1].endswith("was dismissed by the user without an answer (cancelled), so it did not run."), (
+        lines
+    )
     assert notes.read_text() == "two\n"  # only the accepted call ran
     assert len(user.asked) == 3  # count_notes is read-only: not asked
     assert all("add_note" in message and "notes" in message for message in user.asked)

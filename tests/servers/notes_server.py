@@ -1,5 +1,6 @@
-"""A stdio MCP server whose one writing tool leaves a visible trace: `add_note` appends to the file
-named by `NOTES_FILE`; `count_notes` (annotated `readOnlyHint: true`) only reads it."""
+"""A stdio MCP server whose writing tools leave a visible trace: `add_note` (and `rate`, which takes
+a JSON number) append to the file named by `NOTES_FILE`; `count_notes` (annotated
+`readOnlyHint: true`) only reads it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ def add_note(text: str) -> str:
     """Append a note."""
     with NOTES.open("a") as f:
         f.write(text + "\n")
+    return "added"
+
+
+@server.tool()
+def rate(text: str, stars: float) -> str:
+    """Append a rated note."""
+    with NOTES.open("a") as f:
+        f.write(f"{text} {stars:g}\n")
     return "added"
 
 

@@ -132,7 +132,7 @@ async def test_stream_yields_approval_request_and_accept_runs_the_tool(executor:
     assert len(requests) == 1
     request = requests[0]
     assert (request.server_name, request.tool_name, request.tool_args) == ("nasty", "echo", {"message": "hi"})
-    assert str(request) == "nasty.echo(message='hi')"
+    assert str(request) == 'nasty.echo(message="hi")'
     match request:
         case ApprovalRequest("nasty", "echo", {"message": "hi"}):
             pass

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ipybox.tool_exec.approval import display
+
 logger = logging.getLogger(__name__)
 
 
@@ -27,8 +29,9 @@ class ApprovalRequest:
     __match_args__ = ("server_name", "tool_name", "tool_args")
 
     def __str__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.tool_args.items())
-        return f"{self.server_name}.{self.tool_name}({args})"
+        """The call as a person should see it: names and values escaped, long values cut with a
+        note (`tool_args` keeps all of them, raw)."""
+        return display.call(self.server_name, self.tool_name, self.tool_args, display.sdk_hint)
 
     def __repr__(self) -> str:
         return f"ApprovalRequest({self.server_name!r}, {self.tool_name!r}, {self.tool_args!r})"
@@ -42,6 +45,10 @@ class ApprovalRequest:
         the user"), by default "rejected by the application"."""
         self.rejection = reason
         await self._respond(False)
+
+
+async def _no_answer(accepted: bool) -> None:
+    raise AssertionError("replaced before the request is handed out")
 
 
 ApprovalCallback = Callable[[ApprovalRequest], Awaitable[None]]
@@ -95,13 +102,15 @@ class ApprovalClient:
         pending: set[asyncio.Future[None]] = set()
         while line := await reader.readline():
             msg = json.loads(line)
+            request = ApprovalRequest(msg["server_name"], msg["tool_name"], msg["tool_args"], _no_answer)
 
-            async def respond(accepted: bool, request_id: Any = msg["id"]) -> None:
+            async def respond(accepted: bool, key: Any = msg["id"], asked: ApprovalRequest = request) -> None:
+                answer = {"id": key, "accepted": accepted, "reason": asked.rejection}
                 async with lock:
-                    writer.write(json.dumps({"id": request_id, "accepted": accepted}).encode() + b"\n")
+                    writer.write(json.dumps(answer).encode() + b"\n")
                     await writer.drain()
 
-            request = ApprovalRequest(msg["server_name"], msg["tool_name"], msg["tool_args"], respond)
+            request._respond = respond
             task: asyncio.Future[None] = asyncio.ensure_future(self._callback(request))
             pending.add(task)
             task.add_done_callback(pending.discard)

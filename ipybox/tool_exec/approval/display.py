@@ -1,0 +1,146 @@
+"""How a tool call is shown to the person who approves it.
+
+Every name and value comes from kernel code, so it is data: characters a terminal or a form would
+act on or hide (controls, escape sequences, bidirectional overrides, zero-width and other format
+characters, line separators, unassigned code points) are shown as escapes, and nothing is cut
+without saying how much is hidden and where all of it can be seen. Each argument has a budget of
+its own, so a long one cannot push another out of view. Values keep their JSON form: 2 is `2`,
+"2" is `"2"`, nested values are compact JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+#: Characters of one argument's value shown; the rest is summarised with its size.
+VALUE_LIMIT = 200
+#: Characters of a name (server, tool, argument) shown.
+NAME_LIMIT = 80
+#: Arguments shown; more are counted, never silently left out.
+ARGS_LIMIT = 40
+#: Characters of a shell command shown.
+COMMAND_LIMIT = 2000
+
+#: Says where the whole of an argument can be seen, given its (escaped) name; None: all of them.
+Hint = Callable[[str | None], str]
+
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+#: Letters and symbols that draw nothing (Hangul fillers, the blank braille pattern).
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+#: Combining marks shown on one character; more are escaped.
+_MARKS = 2
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*")
+
+
+def _visible(char: str) -> str:
+    """`char` itself, or its escape if a terminal or form would act on it or draw nothing."""
+    if char == " " or (" " < char < "\x7f"):
+        return char
+    if char in _SHORT:
+        return _SHORT[char]
+    if char not in _BLANK and unicodedata.category(char) not in _HIDDEN_CATEGORIES:
+        return char
+    return _escaped(char)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # as JSON writes it: a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def escape(text: str) -> str:
+    """`text` with every character a person could not see, or a terminal would act on, escaped;
+    combining marks past `_MARKS` on one character too (a stack of them smears over other text)."""
+    if text.isascii() and text.isprintable():
+        return text
+    shown, marks = [], 0
+    for char in text:
+        marks = marks + 1 if unicodedata.combining(char) or unicodedata.category(char) == "Me" else 0
+        shown.append(_escaped(char) if marks > _MARKS else _visible(char))
+    return "".join(shown)
+
+
+def quote(text: str) -> str:
+    """`text` as a JSON string literal, escaped as `escape()` does (so backslashes are doubled)."""
+    return escape(json.dumps(text, ensure_ascii=False))
+
+
+def name(text: str) -> str:
+    """A server, tool or argument name: as it is if plainly a name, else quoted; long ones cut."""
+    if len(text) <= NAME_LIMIT and _PLAIN_NAME.fullmatch(text):
+        return text
+    if len(text) <= NAME_LIMIT:
+        return quote(text)
+    return f"{quote(text[:NAME_LIMIT])}…[name of {len(text):,} characters]"
+
+
+def value(data: Any, hint: Callable[[], str], limit: int = VALUE_LIMIT) -> str:
+    """One argument's value as compact JSON, escaped; past `limit` characters cut, saying how much
+    is hidden and `hint()` (where all of it is)."""
+    if isinstance(data, str):
+        if len(data) <= limit:
+            return quote(data)
+        return f"{quote(data[:limit])}…[{len(data) - limit:,} more characters not shown; {hint()}]"
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(", ", ": "), default=repr)
+    except (RecursionError, ValueError):
+        return f"[a value nested too deeply to show; {hint()}]"
+    if len(text) <= limit:
+        return escape(text)
+    hidden = len(text) - limit
+    return f"{escape(_whole_escapes(text[:limit]))}…[{hidden:,} more characters not shown; {hint()}]"
+
+
+def _whole_escapes(text: str) -> str:
+    """`text` (cut JSON) without a JSON escape that the cut split, so no half escape is shown."""
+    start = text.rfind("\\", max(0, len(text) - 6))
+    if start < 0:
+        return text
+    run = len(text[: start + 1]) - len(text[: start + 1].rstrip("\\"))
+    if run % 2 == 0:  # the last backslash closes a `\\`
+        return text
+    rest = text[start + 1 :]
+    complete = (rest[:1] in tuple('"\\/bfnrt') and rest != "") or (rest[:1] == "u" and len(rest) >= 5)
+    return text if complete else text[:start]
+
+
+def arguments(args: Mapping[str, Any], hint: Hint, limit: int = VALUE_LIMIT) -> list[str]:
+    """`name=value` for each argument (at most `ARGS_LIMIT`, then how many more there are); each
+    value gets `limit` characters of its own."""
+    shown = []
+    for key, data in list(args.items())[:ARGS_LIMIT]:
+        label = name(str(key))
+        shown.append(f"{label}={value(data, partial(hint, label), limit)}")
+    if len(args) > ARGS_LIMIT:
+        shown.append(f"…[{len(args) - ARGS_LIMIT:,} more arguments not shown; {hint(None)}]")
+    return shown
+
+
+def call(server: str, tool: str, args: Mapping[str, Any], hint: Hint) -> str:
+    """A tool call on one line: `server.tool(name=value, ...)`."""
+    return f"{name(server)}.{name(tool)}({', '.join(arguments(args, hint))})"
+
+
+def command(cmd: str, hint: Hint, limit: int = COMMAND_LIMIT) -> str:
+    """A shell command, one indented `| ` line per line of it, each escaped; cut past `limit`."""
+    shown = "\n".join(f"  | {escape(line)}" for line in cmd[:limit].split("\n"))
+    if len(cmd) > limit:
+        shown += f"…[{len(cmd) - limit:,} more characters not shown; {hint(None)}]"
+    return shown
+
+
+def sdk_hint(label: str | None) -> str:
+    """Where an application sees all of an argument: the request's raw `tool_args`."""
+    if label is None or label.endswith(" characters]"):  # all of them, or one whose name was cut
+        return "all of them: request.tool_args"
+    key = label if label.startswith('"') else json.dumps(label)
+    return f"all of it: request.tool_args[{key}]"
