@@ -22,6 +22,7 @@ from ipybox.errors import IpyboxError
 from ipybox.kernel_mgr.backend import KernelStartError
 from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.kernel import KernelDied, KernelReply
+from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
 from ipybox.tool_exec.approval.client import ApprovalRequest
@@ -111,7 +112,7 @@ class Cell:
     auto_approve: bool = False
     #: Ask for tool calls (False: only shell commands are asked for).
     approve_tool_calls: bool = True
-    output_limit: int | None = None
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(
@@ -125,7 +126,7 @@ class Cell:
         if self.cancelled.is_set():
             return
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        output = OutputBuffer(self.output_limit)
+        output = OutputBuffer(self.limits.output, self.limits.images, self.limits.image_bytes)
         deadline = Deadline(self.timeout)
         pending: list[ApprovalRequest] = []
 

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ipybox.kernel_mgr.limits import format_size
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 
 
@@ -54,21 +56,27 @@ class OutputBuffer:
     """The output of one execution, bounded: past `limit` characters only head and tail stay.
 
     What is dropped from the middle is counted and reported by a marker in `text()`, so a
-    cell printing hundreds of megabytes cannot exhaust the host's memory.
+    cell printing hundreds of megabytes cannot exhaust the host's memory. Images are kept as
+    they arrive until `images` of them or `image_bytes` of them are kept; later ones are
+    dropped at once (an image that does not fit in the bytes left is dropped, smaller ones after
+    it may still be kept), counted, and reported by a note at the end of `text()`.
     """
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, limit: int | None, images: int | None = None, image_bytes: int | None = None) -> None:
         self._limit = limit
+        self._max_images, self._max_image_bytes = images, image_bytes
         self._head: list[str] = []
         self._head_size = 0
         self._tail: deque[str] = deque()
         self._tail_size = 0
         self.dropped = 0
         self.images: list[bytes] = []
+        self.image_bytes = 0  # of the images kept
+        self._images_dropped: dict[str, list[int]] = {}  # limit reached → sizes of the images it dropped
 
     def add(self, event: KernelEvent) -> None:
         if event.kind == "image":
-            self.images.append(event.data)
+            self._add_image(event.data)
             return
         text = event.text
         if self._limit is None:
@@ -83,6 +91,16 @@ class OutputBuffer:
             self._tail.append(text)
             self._tail_size += len(text)
             self._trim_tail(self._limit - self._limit // 2)
+
+    def _add_image(self, data: bytes) -> None:
+        count, size = self._max_images, self._max_image_bytes
+        if count is not None and len(self.images) >= count:
+            self._images_dropped.setdefault("images", []).append(len(data))
+        elif size is not None and self.image_bytes + len(data) > size:
+            self._images_dropped.setdefault("image_bytes", []).append(len(data))
+        else:
+            self.images.append(data)
+            self.image_bytes += len(data)
 
     def _trim_tail(self, budget: int) -> None:
         while self._tail_size > budget:
@@ -102,4 +120,25 @@ class OutputBuffer:
             marker = (
                 f"\n[... {self.dropped} characters of output dropped here (output limit {self._limit}) ...]\n"
             )
-        return ("".join(self._head) + marker + "".join(self._tail)).rstrip()
+        text = ("".join(self._head) + marker + "".join(self._tail)).rstrip()
+        if note := self.images_note():
+            text = f"{text}\n{note}" if text else note
+        return text
+
+    def images_note(self) -> str | None:
+        """What was said about images dropped at a limit; None if none was."""
+        if not self._images_dropped:
+            return None
+        sizes = [size for dropped in self._images_dropped.values() for size in dropped]
+        total = len(self.images) + len(sizes)
+        reached = []
+        if "images" in self._images_dropped:
+            reached.append(f"{self._max_images} images (ResourceLimits.images, ipybox --max-images)")
+        if "image_bytes" in self._images_dropped:
+            size = format_size(self._max_image_bytes or 0)
+            reached.append(f"{size} of images (ResourceLimits.image_bytes, ipybox --max-image-bytes)")
+        return (
+            f"[ipybox] {len(sizes)} of the {total} images this execution displayed were dropped "
+            f"({format_size(sum(sizes))}): an execution keeps at most {' and '.join(reached)}. "
+            "Display fewer or smaller images (save the rest to files), or raise the limit."
+        )
