@@ -1,0 +1,68 @@
+"""Images a cell displays are kept up to `ResourceLimits.images` and `image_bytes`: past them each
+one is dropped as it arrives, and the cell's output says how many, which limit and how to raise it;
+its text and the images within the limits stay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ipybox import CodeExecutionError, CodeExecutor, ResourceLimits
+from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer
+
+MIB = 1 << 20
+#: Kernel code: `show(size, times)` displays a PNG of `size` bytes (incompressible) `times` times.
+SHOW = """
+import base64, os
+from IPython.display import display
+def show(size, times):
+    png = base64.b64encode(b"\\x89PNG\\r\\n\\x1a\\n" + os.urandom(size - 8)).decode()
+    for _ in range(times):
+        display({"image/png": png, "text/plain": "<image>"}, raw=True)
+"""
+
+
+def test_output_buffer_keeps_images_up_to_count_and_bytes() -> None:
+    buffer = OutputBuffer(limit=None, images=3, image_bytes=10)
+    for data in (b"aaaa", b"bbbbbbbbbbb", b"cccc", b"dd", b"e"):  # b's 11 bytes never fit; e is the 4th
+        buffer.add(KernelEvent("image", data=data))
+    buffer.add(KernelEvent("stream", text="text stays"))
+    assert buffer.images == [b"aaaa", b"cccc", b"dd"] and buffer.image_bytes == 10
+    assert buffer.text() == (
+        "text stays\n[ipybox] 2 of the 5 images this execution displayed were dropped (12 bytes): an "
+        "execution keeps at most 3 images (ResourceLimits.images, ipybox --max-images) and 10 bytes of "
+        "images (ResourceLimits.image_bytes, ipybox --max-image-bytes). Display fewer or smaller images "
+        "(save the rest to files), or raise the limit."
+    )
+    unlimited = OutputBuffer(limit=None)
+    for _ in range(500):
+        unlimited.add(KernelEvent("image", data=b"x"))
+    assert len(unlimited.images) == 500 and unlimited.images_note() is None
+
+
+@pytest.mark.timeout(120)
+async def test_image_floods_are_cut_at_the_limits(tmp_path: Path) -> None:
+    limits = ResourceLimits(images=50, image_bytes=8 * MIB)
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False, limits=limits) as executor:
+        await executor.execute(SHOW)
+
+        # one 3 MiB image shown 8 times: 2 kept, 6 dropped as they came
+        result = await executor.execute("print('before')\nshow(3 * 2**20, 8)\nprint('after')")
+        assert [len(png) for png in result._png] == [3 * MIB] * 2 and len(result.images) == 2
+        assert result.text == (
+            "before\nafter\n[ipybox] 6 of the 8 images this execution displayed were dropped (18.0 MiB): "
+            "an execution keeps at most 8.0 MiB of images (ResourceLimits.image_bytes, ipybox "
+            "--max-image-bytes). Display fewer or smaller images (save the rest to files), or raise "
+            "the limit."
+        )
+
+        # many small ones: 50 kept; a cell that then fails keeps the note in its output
+        with pytest.raises(CodeExecutionError) as failed:
+            await executor.execute("show(1000, 80)\nraise ValueError('late')")
+        assert "[ipybox] 30 of the 80 images" in failed.value.output
+        assert "at most 50 images (ResourceLimits.images, ipybox --max-images)" in failed.value.output
+
+        # the limits are per execution
+        result = await executor.execute("show(1000, 50)")
+        assert len(result.images) == 50 and result.text is None
