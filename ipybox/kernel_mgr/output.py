@@ -142,3 +142,42 @@ class OutputBuffer:
             f"({format_size(sum(sizes))}): an execution keeps at most {' and '.join(reached)}. "
             "Display fewer or smaller images (save the rest to files), or raise the limit."
         )
+
+
+class LiveBudget:
+    """Characters of live output queued for a reader and not taken yet: at most `limit` (None: no
+    limit). A reader that falls behind a flood gets what fits; the next chunk after a gap starts
+    with a note of how much was dropped (`rest()`: the note at the end); the result keeps head and
+    tail regardless."""
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit
+        self.queued = 0
+        self._dropped = 0
+
+    def admit(self, text: str) -> str | None:
+        """What to queue for the chunk `text`, or None to drop it all."""
+        if self._limit is not None and self.queued + len(text) > self._limit:
+            room = max(self._limit - self.queued, 0)
+            self._dropped += len(text) - room
+            text = text[:room]
+        elif self._dropped:
+            text = f"{self.rest()}\n{text}"
+        if not text:
+            return None
+        self.queued += len(text)
+        return text
+
+    def rest(self) -> str | None:
+        """The note on what was dropped since the last chunk queued, if anything was."""
+        if not self._dropped:
+            return None
+        dropped, self._dropped = self._dropped, 0
+        return (
+            f"[ipybox: {dropped} characters of live output dropped here: they came faster than they "
+            "were read; the result keeps the output's head and tail]"
+        )
+
+    def taken(self, text: str) -> None:
+        """The reader took a chunk `admit()` returned."""
+        self.queued -= len(text)

@@ -1,15 +1,20 @@
-"""Images a cell displays are kept up to `ResourceLimits.images` and `image_bytes`: past them each
-one is dropped as it arrives, and the cell's output says how many, which limit and how to raise it;
-its text and the images within the limits stay."""
+"""What the host keeps of a cell's output is bounded.
+
+Images are kept up to `ResourceLimits.images` and `image_bytes`: past them each one is dropped as it
+arrives, and the cell's output says how many, which limit and how to raise it; its text and the
+images within the limits stay. Live chunks a slow reader has not taken stay within `output`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from servers.launch import eventually
 
-from ipybox import CodeExecutionError, CodeExecutor, ResourceLimits
-from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer
+from ipybox import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor, ResourceLimits
+from ipybox.kernel_mgr import cell as cell_module
+from ipybox.kernel_mgr.output import KernelEvent, LiveBudget, OutputBuffer
 
 MIB = 1 << 20
 #: Kernel code: `show(size, times)` displays a PNG of `size` bytes (incompressible) `times` times.
@@ -66,3 +71,55 @@ async def test_image_floods_are_cut_at_the_limits(tmp_path: Path) -> None:
         # the limits are per execution
         result = await executor.execute("show(1000, 50)")
         assert len(result.images) == 50 and result.text is None
+
+
+def test_live_budget_drops_what_a_reader_has_not_room_for_and_says_so() -> None:
+    live = LiveBudget(10)
+    assert live.admit("a" * 6) == "a" * 6
+    assert live.admit("b" * 6) == "bbbb"  # what fits; 2 dropped
+    assert live.admit("c") is None
+    live.taken("a" * 6)
+    note = live.admit("d")
+    assert note is not None and note.startswith("[ipybox: 3 characters of live output dropped here")
+    assert note.endswith("]\nd") and live.queued == 4 + len(note)
+    assert live.rest() is None
+
+
+class _Recorded(LiveBudget):
+    """The cell's own `LiveBudget`, recording what came and the most it held."""
+
+    made: list[_Recorded] = []
+
+    def __init__(self, limit: int | None) -> None:
+        super().__init__(limit)
+        self.came = self.peak = 0
+        _Recorded.made.append(self)
+
+    def admit(self, text: str) -> str | None:
+        self.came += len(text)
+        admitted = super().admit(text)
+        self.peak = max(self.peak, self.queued)
+        return admitted
+
+
+@pytest.mark.timeout(120)
+async def test_a_reader_of_chunks_that_falls_behind_holds_at_most_the_output_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cell_module, "LiveBudget", _Recorded)
+    limit = 20_000
+    flood = "for i in range(2000):\n    print(f'{i:099d}', flush=True)"  # 200,000 characters
+    async with CodeExecutor(
+        working_dir=tmp_path, spare_kernel=False, limits=ResourceLimits(output=limit)
+    ) as executor:
+        stream = executor.stream(flood, chunks=True)
+        items = [await anext(stream)]
+        live = _Recorded.made[-1]
+        assert await eventually(lambda: live.came == 200_000)  # all of it reached ipybox; nobody read
+        items += [item async for item in stream]
+    assert live.peak <= limit + 200  # a note on a gap may come on top
+    chunks = "".join(item.text for item in items if isinstance(item, CodeExecutionChunk))
+    assert len(chunks) < 2 * limit and "characters of live output dropped here" in chunks
+    result = items[-1]
+    assert isinstance(result, CodeExecutionResult) and result.text is not None
+    assert result.text.endswith(f"{1999:099d}") and "characters of output dropped here" in result.text
