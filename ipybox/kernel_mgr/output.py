@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 from collections import deque
 from collections.abc import Callable
@@ -26,6 +27,23 @@ class KernelEvent:
     kind: str  # "stream" | "text" | "image"
     text: str = ""
     data: bytes = b""
+    #: An image as the kernel sent it (base64), decoded only if it is kept.
+    encoded: str = ""
+
+    @property
+    def size(self) -> int:
+        """Bytes of the image, without decoding it."""
+        if not self.encoded:
+            return len(self.data)
+        encoded = self.encoded.rstrip()
+        return len(encoded) * 3 // 4 - encoded[-2:].count("=")  # at least the decoded size
+
+    def image(self) -> bytes:
+        """The image's bytes (empty if the kernel sent no valid base64)."""
+        try:
+            return base64.b64decode(self.encoded) if self.encoded else self.data
+        except binascii.Error:
+            return b""
 
 
 class OutputCollector:
@@ -43,7 +61,7 @@ class OutputCollector:
         elif msg_type in ("execute_result", "display_data", "update_display_data"):
             data = content.get("data", {})
             if "image/png" in data:
-                self._emit(KernelEvent("image", data=base64.b64decode(data["image/png"])))
+                self._emit(KernelEvent("image", encoded=data["image/png"]))
             elif "text/plain" in data:
                 self._emit(KernelEvent("text", text=strip_ansi(data["text/plain"]) + "\n"))
         elif msg_type == "error":
@@ -76,7 +94,7 @@ class OutputBuffer:
 
     def add(self, event: KernelEvent) -> None:
         if event.kind == "image":
-            self._add_image(event.data)
+            self._add_image(event)
             return
         text = event.text
         if self._limit is None:
@@ -92,13 +110,13 @@ class OutputBuffer:
             self._tail_size += len(text)
             self._trim_tail(self._limit - self._limit // 2)
 
-    def _add_image(self, data: bytes) -> None:
+    def _add_image(self, event: KernelEvent) -> None:
         count, size = self._max_images, self._max_image_bytes
         if count is not None and len(self.images) >= count:
-            self._images_dropped.setdefault("images", []).append(len(data))
-        elif size is not None and self.image_bytes + len(data) > size:
-            self._images_dropped.setdefault("image_bytes", []).append(len(data))
-        else:
+            self._images_dropped.setdefault("images", []).append(event.size)
+        elif size is not None and self.image_bytes + event.size > size:
+            self._images_dropped.setdefault("image_bytes", []).append(event.size)
+        elif data := event.image():
             self.images.append(data)
             self.image_bytes += len(data)
 

@@ -40,6 +40,9 @@ def test_output_buffer_keeps_images_up_to_count_and_bytes() -> None:
         "images (ResourceLimits.image_bytes, ipybox --max-image-bytes). Display fewer or smaller images "
         "(save the rest to files), or raise the limit."
     )
+    for encoded, size in (("AAAA", 3), ("AAA=", 2), ("AA==\n", 1), ("A", 0)):  # "A": not base64
+        event = KernelEvent("image", encoded=encoded)
+        assert event.size >= len(event.image()) == size
     unlimited = OutputBuffer(limit=None)
     for _ in range(500):
         unlimited.add(KernelEvent("image", data=b"x"))
