@@ -13,8 +13,9 @@ import re
 
 import pytest
 from internals import tool_server_buffered
+from servers.launch import collect
 
-from ipybox import CodeExecutor, ResourceLimits
+from ipybox import CodeExecutionResult, CodeExecutor, ResourceLimits
 
 from .conftest import Workspace
 
@@ -59,6 +60,22 @@ def flood(count, size):
     for t in threads: t.join()
     for s in socks: s.close()
     return errors
+"""
+#: 8 threads each call a tool (on a connection of their own); the cell ends once 4 are refused.
+PENDING = """
+import threading, time
+from mcptools.nasty import echo
+errors = []
+def call():
+    try:
+        echo.run(echo.Params(message="p"))
+    except Exception as e:
+        errors.append(str(e))
+for _ in range(8):
+    threading.Thread(target=call, daemon=True).start()
+while len(errors) < 4:
+    time.sleep(0.01)
+print("refused by the limit" if all("tool_connections" in e for e in errors[:4]) else errors)
 """
 ECHO = "from mcptools.nasty import echo\nprint(len(echo.run(echo.Params(message='x' * {size}))))"
 #: A tool call from a new thread (so on a new connection); prints its result's length or its error.
@@ -111,3 +128,9 @@ async def test_socket_flood_is_refused_and_bounded_and_tool_calls_work_after(wor
         await executor.execute("for s in held: s.close()")
         result = await executor.execute(IN_THREAD.format(size=5))
         assert result.text == "5"
+
+        # approvals waiting at once are bounded by the connections: 8 threads call a tool, nobody
+        # decides; at most 4 calls wait for a decision, the others are refused at once
+        requests, waited = await collect(executor, PENDING, lambda request: "ignore")
+        assert isinstance(waited, CodeExecutionResult) and waited.text == "refused by the limit"
+        assert len(requests) <= 4
