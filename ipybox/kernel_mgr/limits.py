@@ -34,8 +34,8 @@ class ResourceLimits:
     The host-side limits (output, images, tool server) hold on every platform and backend; a
     kernel that reaches one is told so, other kernels are unaffected. `None` switches a limit
     off. Memory and process limits need a cgroup ipybox may create (as root, or in a delegated
-    cgroup v2); elsewhere they fall back to `RLIMIT_AS` and
-    `RLIMIT_NPROC`, which are weaker (see docs/reliability.md), and a warning is logged once.
+    cgroup v2); elsewhere they fall back to `RLIMIT_AS` and `RLIMIT_NPROC`, which are weaker
+    (see docs/reliability.md), and a warning is logged once.
     """
 
     memory: int | None = None
