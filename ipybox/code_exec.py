@@ -148,6 +148,8 @@ class CodeExecutor(Service):
             "workspace": self.working_dir,
             "allow_env": None if allow_env is None else tuple(allow_env),
             "placeholder_env": placeholder_env,
+            "max_connections": self.limits.tool_connections,
+            "max_buffered": self.limits.tool_buffer,
         }
         self._tool_server: ToolServer | None = None
         self._kernels: KernelSupervisor | None = None
@@ -259,7 +261,7 @@ class CodeExecutor(Service):
     ) -> AsyncIterator[StreamItem]:
         check_timeout("timeout", timeout)
         # Registered now, not when the caller first iterates: a cancel() from then on is never lost.
-        cell = Cell(code, timeout, chunks, auto_approve, self.approve_tool_calls, self.limits.output)
+        cell = Cell(code, timeout, chunks, auto_approve, self.approve_tool_calls, self.limits)
         self._cells.add(cell)
         return self._run_cell(cell)
 

@@ -36,3 +36,8 @@ def runtime_dir(executor: CodeExecutor) -> Path | None:
 def busy(executor: CodeExecutor) -> bool:
     """Whether a cell, reset or transfer holds the executor."""
     return executor._lock.locked()
+
+
+def tool_server_buffered(executor: CodeExecutor) -> int:
+    """Bytes of requests the executor's tool server holds for its kernel now."""
+    return executor.tool_server._listener.buffered

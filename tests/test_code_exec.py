@@ -163,13 +163,21 @@ async def test_matplotlib_plot_is_saved_as_png(tmp_path: Path) -> None:
     async with CodeExecutor(images_dir=images_dir, working_dir=tmp_path, spare_kernel=False) as executor:
         code = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()"
         result = await executor.execute(code, timeout=60)
+        # the default image limits (ResourceLimits.images, image_bytes) keep a notebook cell's 30
+        # plots and a loop's 20 screenshots of 1 MiB each
+        plots = await executor.execute("for i in range(30):\n    plt.plot(range(i + 2))\n    plt.show()")
+        shots = await executor.execute(
+            "import base64, os\nfrom IPython.display import display\nfor _ in range(20):\n"
+            "    display({'image/png': base64.b64encode(os.urandom(2**20)).decode()}, raw=True)"
+        )
+    assert (len(plots.images), plots.text, len(shots.images), shots.text) == (30, None, 20, None)
     assert len(result.images) == 1
     image = result.images[0]
     assert image.exists()
     assert image.suffix == ".png"
     assert image.parent == images_dir
     assert image.read_bytes().startswith(PNG_MAGIC)
-    assert list(images_dir.iterdir()) == [image]
+    assert len(list(images_dir.iterdir())) == 51
 
 
 async def test_default_images_dir_is_working_dir_images(

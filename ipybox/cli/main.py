@@ -64,7 +64,14 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
         args.sandbox_config = workspace / WORKSPACE_CONFIG
-    limits = ResourceLimits(memory=args.memory_limit, processes=args.process_limit)
+    limits = ResourceLimits(
+        memory=args.memory_limit,
+        processes=args.process_limit,
+        images=args.max_images,
+        image_bytes=args.max_image_bytes,
+        tool_connections=args.max_tool_connections,
+        tool_buffer=args.max_tool_buffer,
+    )
     if args.kernel_gateway and (problem := gateway_option_problem(args.sandbox, limits)):
         raise ValueError(problem)
     if args.sandbox:
@@ -84,6 +91,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         max_kernels=args.max_kernels,
         spare_kernels=args.spare_kernels,
         shared_workspace=args.shared_workspace,
+        spilled_outputs=args.max_spilled_outputs,
+        spilled_bytes=args.max_spilled_bytes,
     )
     server = create_server(options, token_verifier=verifier, auth=auth)
     if args.transport == "stdio":

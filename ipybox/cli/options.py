@@ -152,6 +152,54 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                     "a cgroup: root or a delegated cgroup v2, else RLIMIT_NPROC)"
                 ),
             },
+            "--max-images": {
+                "type": _count,
+                "default": 200,
+                "metavar": "N",
+                "help": (
+                    "images a cell's result keeps, or 'none' (default: 200); later ones are dropped and the "
+                    "output says so"
+                ),
+            },
+            "--max-image-bytes": {
+                "type": _size,
+                "default": 128 << 20,
+                "metavar": "SIZE",
+                "help": "bytes of images a cell's result keeps, or 'none' (default: 128M)",
+            },
+            "--max-tool-connections": {
+                "type": _count,
+                "default": 64,
+                "metavar": "N",
+                "help": (
+                    "connections a kernel may hold to its tool server at once (one per thread calling "
+                    "tools), or 'none' (default: 64); more are refused with an error"
+                ),
+            },
+            "--max-tool-buffer": {
+                "type": _size,
+                "default": 64 << 20,
+                "metavar": "SIZE",
+                "help": (
+                    "bytes of tool-call requests the tool server holds for a kernel at once, or 'none' "
+                    "(default: 64M); a request past it is refused with an error"
+                ),
+            },
+            "--max-spilled-outputs": {
+                "type": _count,
+                "default": 100,
+                "metavar": "N",
+                "help": (
+                    "files of cut output kept in WORKSPACE/.ipybox/outputs/, the oldest removed first, or "
+                    "'none' (default: 100)"
+                ),
+            },
+            "--max-spilled-bytes": {
+                "type": _size,
+                "default": 256 << 20,
+                "metavar": "SIZE",
+                "help": "bytes those files may take together, or 'none' (default: 256M)",
+            },
             "--allow-env": {
                 "action": "append",
                 "type": _names,

@@ -22,7 +22,8 @@ from ipybox.errors import IpyboxError
 from ipybox.kernel_mgr.backend import KernelStartError
 from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.kernel import KernelDied, KernelReply
-from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer
+from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.kernel_mgr.output import KernelEvent, LiveBudget, OutputBuffer
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.approval.server import ApprovalChannel
@@ -111,7 +112,7 @@ class Cell:
     auto_approve: bool = False
     #: Ask for tool calls (False: only shell commands are asked for).
     approve_tool_calls: bool = True
-    output_limit: int | None = None
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(
@@ -125,14 +126,16 @@ class Cell:
         if self.cancelled.is_set():
             return
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        output = OutputBuffer(self.output_limit)
+        output = OutputBuffer(self.limits.output, self.limits.images, self.limits.image_bytes)
         deadline = Deadline(self.timeout)
         pending: list[ApprovalRequest] = []
 
+        live = LiveBudget(self.limits.output)  # chunks a slow reader has not taken yet
+
         def on_event(event: KernelEvent) -> None:
             output.add(event)
-            if self.chunks and event.kind == "stream":
-                queue.put_nowait(CodeExecutionChunk(event.text))
+            if self.chunks and event.kind == "stream" and (text := live.admit(event.text)) is not None:
+                queue.put_nowait(CodeExecutionChunk(text))
 
         async def on_approval(request: ApprovalRequest) -> None:
             pending.append(request)
@@ -148,6 +151,8 @@ class Cell:
         watcher.add_done_callback(lambda _: queue.put_nowait(_CANCELLED))
         try:
             while (item := await queue.get()) not in (_DONE, _CANCELLED):
+                if isinstance(item, CodeExecutionChunk):
+                    live.taken(item.text)
                 yield item
             if self.cancelled.is_set():  # also when the result came first but is not passed on yet
                 return
@@ -164,6 +169,8 @@ class Cell:
                 task.cancel()  # interrupts the cell; the kernel keeps its state
                 with contextlib.suppress(BaseException):
                     await task
+        if note := live.rest():
+            yield CodeExecutionChunk(f"\n{note}\n")
         if reply.error is not None:
             raise CodeExecutionError(reply.error, output.text())
         yield CellOutput(output.text() or None, output.images)

@@ -1,4 +1,4 @@
-"""Resource limits for kernels: memory, processes and output volume (`ResourceLimits`).
+"""Resource limits for kernels: memory, processes, and what the host holds for them (`ResourceLimits`).
 
 How memory and process limits are enforced (a cgroup per kernel, or rlimits where no cgroup can
 be made) is `kernel_mgr.cgroup`'s job.
@@ -21,15 +21,30 @@ class ResourceLimits:
       stays contained (`fork` fails). Default: none.
     - `output`: characters of output kept per execution; the rest is dropped with a marker
       saying how much, so a flood of output cannot exhaust the host's memory. Default 10 M.
+    - `images`, `image_bytes`: images (their PNG bytes) kept per execution. Past either, further
+      images are dropped as they arrive and the output says how many, which limit and how to
+      raise it. Default 200 images, 128 MiB.
+    - `tool_connections`: connections the kernel may hold open to its tool server at once (each
+      thread that calls tools keeps one); more are refused with an error the calling code
+      raises. Default 64.
+    - `tool_buffer`: bytes of tool-call requests the tool server holds for the kernel at once,
+      while reading them and while their calls run; a request that does not fit is answered with
+      an error naming this limit. Default 64 MiB.
 
-    `None` switches a limit off. Memory and process limits need a cgroup ipybox may create (as
-    root, or in a delegated cgroup v2); elsewhere they fall back to `RLIMIT_AS` and
-    `RLIMIT_NPROC`, which are weaker (see docs/reliability.md), and a warning is logged once.
+    The host-side limits (output, images, tool server) hold on every platform and backend; a
+    kernel that reaches one is told so, other kernels are unaffected. `None` switches a limit
+    off. Memory and process limits need a cgroup ipybox may create (as root, or in a delegated
+    cgroup v2); elsewhere they fall back to `RLIMIT_AS` and `RLIMIT_NPROC`, which are weaker
+    (see docs/reliability.md), and a warning is logged once.
     """
 
     memory: int | None = None
     processes: int | None = None
     output: int | None = 10_000_000
+    images: int | None = 200
+    image_bytes: int | None = 128 << 20
+    tool_connections: int | None = 64
+    tool_buffer: int | None = 64 << 20
 
 
 def format_size(size: int) -> str:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ipybox.kernel_mgr.limits import format_size
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 
@@ -24,6 +27,23 @@ class KernelEvent:
     kind: str  # "stream" | "text" | "image"
     text: str = ""
     data: bytes = b""
+    #: An image as the kernel sent it (base64), decoded only if it is kept.
+    encoded: str = ""
+
+    @property
+    def size(self) -> int:
+        """Bytes of the image, without decoding it."""
+        if not self.encoded:
+            return len(self.data)
+        encoded = self.encoded.rstrip()
+        return len(encoded) * 3 // 4 - encoded[-2:].count("=")  # at least the decoded size
+
+    def image(self) -> bytes:
+        """The image's bytes (empty if the kernel sent no valid base64)."""
+        try:
+            return base64.b64decode(self.encoded) if self.encoded else self.data
+        except binascii.Error:
+            return b""
 
 
 class OutputCollector:
@@ -41,7 +61,7 @@ class OutputCollector:
         elif msg_type in ("execute_result", "display_data", "update_display_data"):
             data = content.get("data", {})
             if "image/png" in data:
-                self._emit(KernelEvent("image", data=base64.b64decode(data["image/png"])))
+                self._emit(KernelEvent("image", encoded=data["image/png"]))
             elif "text/plain" in data:
                 self._emit(KernelEvent("text", text=strip_ansi(data["text/plain"]) + "\n"))
         elif msg_type == "error":
@@ -54,21 +74,27 @@ class OutputBuffer:
     """The output of one execution, bounded: past `limit` characters only head and tail stay.
 
     What is dropped from the middle is counted and reported by a marker in `text()`, so a
-    cell printing hundreds of megabytes cannot exhaust the host's memory.
+    cell printing hundreds of megabytes cannot exhaust the host's memory. Images are kept as
+    they arrive until `images` of them or `image_bytes` of them are kept; later ones are
+    dropped at once (an image that does not fit in the bytes left is dropped, smaller ones after
+    it may still be kept), counted, and reported by a note at the end of `text()`.
     """
 
-    def __init__(self, limit: int | None) -> None:
+    def __init__(self, limit: int | None, images: int | None = None, image_bytes: int | None = None) -> None:
         self._limit = limit
+        self._max_images, self._max_image_bytes = images, image_bytes
         self._head: list[str] = []
         self._head_size = 0
         self._tail: deque[str] = deque()
         self._tail_size = 0
         self.dropped = 0
         self.images: list[bytes] = []
+        self.image_bytes = 0  # of the images kept
+        self._images_dropped: dict[str, list[int]] = {}  # limit reached → sizes of the images it dropped
 
     def add(self, event: KernelEvent) -> None:
         if event.kind == "image":
-            self.images.append(event.data)
+            self._add_image(event)
             return
         text = event.text
         if self._limit is None:
@@ -83,6 +109,16 @@ class OutputBuffer:
             self._tail.append(text)
             self._tail_size += len(text)
             self._trim_tail(self._limit - self._limit // 2)
+
+    def _add_image(self, event: KernelEvent) -> None:
+        count, size = self._max_images, self._max_image_bytes
+        if count is not None and len(self.images) >= count:
+            self._images_dropped.setdefault("images", []).append(event.size)
+        elif size is not None and self.image_bytes + event.size > size:
+            self._images_dropped.setdefault("image_bytes", []).append(event.size)
+        elif data := event.image():
+            self.images.append(data)
+            self.image_bytes += len(data)
 
     def _trim_tail(self, budget: int) -> None:
         while self._tail_size > budget:
@@ -102,4 +138,64 @@ class OutputBuffer:
             marker = (
                 f"\n[... {self.dropped} characters of output dropped here (output limit {self._limit}) ...]\n"
             )
-        return ("".join(self._head) + marker + "".join(self._tail)).rstrip()
+        text = ("".join(self._head) + marker + "".join(self._tail)).rstrip()
+        if note := self.images_note():
+            text = f"{text}\n{note}" if text else note
+        return text
+
+    def images_note(self) -> str | None:
+        """What was said about images dropped at a limit; None if none was."""
+        if not self._images_dropped:
+            return None
+        sizes = [size for dropped in self._images_dropped.values() for size in dropped]
+        total = len(self.images) + len(sizes)
+        reached = []
+        if "images" in self._images_dropped:
+            reached.append(f"{self._max_images} images (ResourceLimits.images, ipybox --max-images)")
+        if "image_bytes" in self._images_dropped:
+            size = format_size(self._max_image_bytes or 0)
+            reached.append(f"{size} of images (ResourceLimits.image_bytes, ipybox --max-image-bytes)")
+        return (
+            f"[ipybox] {len(sizes)} of the {total} images this execution displayed were dropped "
+            f"({format_size(sum(sizes))}): an execution keeps at most {' and '.join(reached)}. "
+            "Display fewer or smaller images (save the rest to files), or raise the limit."
+        )
+
+
+class LiveBudget:
+    """Characters of live output queued for a reader and not taken yet: at most `limit` (None: no
+    limit). A reader that falls behind a flood gets what fits; the next chunk after a gap starts
+    with a note of how much was dropped (`rest()`: the note at the end); the result keeps head and
+    tail regardless."""
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit
+        self.queued = 0
+        self._dropped = 0
+
+    def admit(self, text: str) -> str | None:
+        """What to queue for the chunk `text`, or None to drop it all."""
+        if self._limit is not None and self.queued + len(text) > self._limit:
+            room = max(self._limit - self.queued, 0)
+            self._dropped += len(text) - room
+            text = text[:room]
+        elif self._dropped:
+            text = f"{self.rest()}\n{text}"
+        if not text:
+            return None
+        self.queued += len(text)
+        return text
+
+    def rest(self) -> str | None:
+        """The note on what was dropped since the last chunk queued, if anything was."""
+        if not self._dropped:
+            return None
+        dropped, self._dropped = self._dropped, 0
+        return (
+            f"[ipybox: {dropped} characters of live output dropped here: they came faster than they "
+            "were read; the result keeps the output's head and tail]"
+        )
+
+    def taken(self, text: str) -> None:
+        """The reader took a chunk `admit()` returned."""
+        self.queued -= len(text)

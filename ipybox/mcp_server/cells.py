@@ -15,6 +15,7 @@ import anyio
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequest, InputResponses
 
 from ipybox.code_exec import CodeExecutionChunk, CodeExecutionResult, CodeExecutor
+from ipybox.kernel_mgr.output import LiveBudget
 from ipybox.mcp_server.approval import QUESTION_TITLE, Verdict, describe_call
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.audit import AuditLog
@@ -22,6 +23,8 @@ from ipybox.tool_exec.audit import AuditLog
 logger = logging.getLogger(__name__)
 
 DONE = object()
+#: Characters of live output a run queues for its client and the client has not taken yet.
+LIVE_LIMIT = 1_000_000
 #: What kernel code hears when the user declines a tool call's elicitation, dismisses it, or the
 #: client leaves it unanswered: the agent must tell a person's no from a rule's.
 _ANSWERS = {
@@ -63,6 +66,7 @@ class CellRun:
         self.kernel_notice = ""  # why the kernel is fresh, if it was stopped since its last use
         self.asking: dict[str, ApprovalRequest] = {}
         self.round = 0
+        self.live = LiveBudget(LIVE_LIMIT)  # a parked run's client takes nothing until its next round
         self._decide, self._audit = decide, audit
         self._task = asyncio.create_task(self._drive(kernel, code, timeout))
 
@@ -83,8 +87,13 @@ class CellRun:
                             self.outcome = item
                         elif isinstance(item, ApprovalRequest):
                             await self._route(item)
+                        elif isinstance(item, CodeExecutionChunk):
+                            if (text := self.live.admit(item.text)) is not None:
+                                self.events.put_nowait(CodeExecutionChunk(text))
                         else:
                             self.events.put_nowait(item)
+                    if note := self.live.rest():
+                        self.events.put_nowait(CodeExecutionChunk(f"\n{note}\n"))
         except asyncio.CancelledError:  # cancel(): interrupted, without a result
             self.outcome = None
             raise
@@ -255,6 +264,8 @@ async def events(run: CellRun, heartbeat: float) -> AsyncIterator[Event | None]:
         except TimeoutError:
             yield None
             continue
+        if isinstance(item, CodeExecutionChunk):
+            run.live.taken(item.text)
         yield item
         if item is DONE:
             return

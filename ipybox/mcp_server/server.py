@@ -29,6 +29,7 @@ from ipybox.mcp_server.auth import LocalToken
 from ipybox.mcp_server.cells import ParkedRuns
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool
+from ipybox.mcp_server.output import Spill
 from ipybox.mcp_server.tools import Tools
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,10 @@ class ServerOptions:
     shared_workspace: bool = False
     #: Seconds a cell waits, paused, for a 2026-07-28 client to answer its approval requests.
     approval_ttl: float = 600
+    #: Files of cut output kept in each workspace's .ipybox/outputs/, and their bytes together
+    #: (None: no limit); the oldest go first.
+    spilled_outputs: int | None = 100
+    spilled_bytes: int | None = 256 << 20
 
 
 def create_server(
@@ -104,6 +109,7 @@ def create_server(
         allow_env=executor_options.allow_env,
         install=install,
         parked=parked,
+        spill=Spill(options.spilled_outputs, options.spilled_bytes),
     )
 
     @contextlib.asynccontextmanager

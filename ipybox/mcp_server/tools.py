@@ -41,7 +41,7 @@ from ipybox.mcp_server.kernels import (
     shown,
     user_principal,
 )
-from ipybox.mcp_server.output import truncate
+from ipybox.mcp_server.output import Spill, truncate
 from ipybox.sandbox.owned import HomeError
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.audit import AuditLog
@@ -87,6 +87,7 @@ class Tools:
         allow_env: tuple[str, ...],
         install: Callable[[str, str], Awaitable[str]],
         parked: ParkedRuns,
+        spill: Spill,
     ) -> None:
         self.kernels = kernels
         self.home = home
@@ -94,6 +95,7 @@ class Tools:
         self.allow_env = allow_env
         self._install = install
         self.parked = parked
+        self.spill = spill
         self._told_no_elicitation: set[str] = set()  # principals whose reply said calls ran unasked
         self._untold: set[str] = set()  # principals whose calls ran unasked, not yet told
 
@@ -245,7 +247,7 @@ class Tools:
             if not parked:
                 await run.cancel()  # a client that cancels or goes away interrupts the cell
         notice = "\n".join(n for n in (self._no_elicitation_notice(run.principal), run.kernel_notice) if n)
-        return _reply(run, self.home.workspace(run.principal), max_output_chars, notice)
+        return _reply(run, self.home.workspace(run.principal), max_output_chars, notice, self.spill)
 
     def _no_elicitation_notice(self, who: str) -> str:
         """Said once, in the reply of the first cell whose tool call ran without asking the user
@@ -285,13 +287,16 @@ class Tools:
         return f"Kernel {kernel!r} reset."
 
 
-def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str) -> Content:
-    spill = workspace / ".ipybox" / "outputs"
+def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, spill: Spill) -> Content:
+    spill_dir = workspace / ".ipybox" / "outputs"
     outcome = run.outcome
     prefix = f"{notice}\n" if notice else ""
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""
-        raise ToolError(prefix + truncate(f"{output}{outcome}", max_output_chars, spill, trusted=workspace))
+        raise ToolError(
+            prefix
+            + truncate(f"{output}{outcome}", max_output_chars, spill_dir, trusted=workspace, spill=spill)
+        )
     if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
         raise ToolError(prefix + str(outcome))
     if isinstance(outcome, BaseException):
@@ -299,7 +304,7 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str) ->
     if outcome is None:
         raise ToolError(prefix + "The cell was interrupted.")
     assert isinstance(outcome, CodeExecutionResult)
-    text = truncate(outcome.text or "", max_output_chars, spill, trusted=workspace)
+    text = truncate(outcome.text or "", max_output_chars, spill_dir, trusted=workspace, spill=spill)
     if outcome.images:
         text += "\n" if text else ""
         text += "\n".join(f"[image saved to {path}]" for path in outcome.images)

@@ -138,7 +138,10 @@ class ToolRunner:
     def _exchange(self, payload: bytes) -> bytes:
         sock, reused = self._socket()
         try:
-            sock.sendall(payload)
+            try:
+                sock.sendall(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed by the server, which may have said why first (a limit): read on
             return _read_line(sock)
         except _StaleConnection:
             self._drop_socket()

@@ -3,12 +3,18 @@
 It knows the wire, not the policy: each request goes to a `Dispatch` that answers with a reply or
 starts a call, and a connection that asks for "approve" is handed over whole. A caller that hangs
 up while its call runs (cell interrupted, kernel dead) gets the call cancelled.
+
+What it holds for the kernel is bounded: at most `max_connections` connections at once (more are
+answered with an error line and closed), and at most `max_buffered` bytes of requests, counted
+while a request is read and while its call runs; a request that does not fit is read to its end
+without being kept and answered with an error. Both errors name the limit and how to raise it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -16,11 +22,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from ipybox.kernel_mgr.limits import format_size
 from ipybox.tool_exec.connections import ToolCallError
 
 logger = logging.getLogger(__name__)
 
-_MAX_LINE = 64 * 1024 * 1024
+#: Bytes a connection's reader buffers before a request line is taken from it in pieces.
+_READ_LIMIT = 64 * 1024
 
 #: A request's call to run (its result is the reply), or the reply that refuses it.
 Dispatch = Callable[[dict[str, Any]], "Coroutine[Any, Any, Any] | dict[str, Any]"]
@@ -30,27 +38,52 @@ ApprovalHandler = Callable[[dict[str, Any], asyncio.StreamReader, asyncio.Stream
 _GUARDED = ("run", "shell")
 
 
-class Listener:
-    """Accepts connections on `path` (owner only) and/or TCP `host`:`port` (0 or None: see `port`)."""
+class _TooLarge(Exception):
+    """A request that did not fit in the bytes left of the budget; `size`: its bytes, all read."""
 
-    def __init__(self, dispatch: Dispatch, approvals: ApprovalHandler, token: str) -> None:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+class Listener:
+    """Accepts connections on `path` (owner only) and/or TCP `host`:`port` (0 or None: see `port`).
+
+    `max_connections` and `max_buffered` (None: no limit) bound what one kernel's connections may
+    hold on the host; approval clients (authenticated by their first line) are not counted.
+    """
+
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        approvals: ApprovalHandler,
+        token: str,
+        *,
+        max_connections: int | None = None,
+        max_buffered: int | None = None,
+    ) -> None:
         self._dispatch = dispatch
         self._approvals = approvals
         self._token = token.encode()
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self._counted: set[asyncio.Task[None]] = set()  # the connections max_connections bounds
+        self._max_connections = max_connections
+        self._max_buffered = max_buffered
+        #: Bytes of requests held now: being read, or of calls that run.
+        self.buffered = 0
+        self._warned: set[str] = set()
 
     @property
     def listening(self) -> bool:
         return bool(self._servers)
 
     async def listen_unix(self, path: Path) -> None:
-        self._servers.append(await asyncio.start_unix_server(self._connection, path, limit=_MAX_LINE))
+        self._servers.append(await asyncio.start_unix_server(self._connection, path, limit=_READ_LIMIT))
         path.chmod(0o600)
 
     async def listen_tcp(self, host: str, port: int) -> int:
         """Listen on TCP; returns the port (a free one for port 0)."""
-        server = await asyncio.start_server(self._connection_tcp, host, port, limit=_MAX_LINE)
+        server = await asyncio.start_server(self._connection_tcp, host, port, limit=_READ_LIMIT)
         self._servers.append(server)
         return int(server.sockets[0].getsockname()[1])
 
@@ -71,33 +104,37 @@ class Listener:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if self._max_connections is not None and len(self._counted) >= self._max_connections:
+            await self._refuse_connection(writer)
+            return
         self._connections.add(task)
+        self._counted.add(task)
         call: asyncio.Task[Any] | None = None
         try:
             # A client sends its next request only after the reply, so while a call runs this
-            # readline() sees nothing but a hang-up: one read per request watches both.
-            while line := await reader.readline():
+            # read sees nothing but a hang-up: one read per request watches both.
+            while True:
+                try:
+                    line, held = await self._read_request(reader)
+                except _TooLarge as e:
+                    self._warn("buffer", "refused a tool server request of %d bytes (max_buffered)", e.size)
+                    await send(writer, {"ok": False, "error": self._too_large(e.size)})
+                    continue
+                if not line:
+                    break
                 if call is not None and not call.done():  # a client that did not wait: in turn
                     await asyncio.wait({call})
-                try:
-                    request = json.loads(line)
-                    op = request.get("op")
-                except (json.JSONDecodeError, AttributeError):
-                    await send(writer, {"ok": False, "error": "malformed request"})
+                started = await self._handle(line, reader, writer, check_token, task)
+                if started is None:
+                    self._release(held)
                     continue
-                if op == "approve":
-                    await self._approvals(request, reader, writer)
-                    return
-                if check_token and op in _GUARDED and not self._token_ok(request):
-                    logger.warning("refused a TCP request (op %r) without the tool server's token", op)
-                    await send(writer, {"ok": False, "error": "refused: missing or wrong tool server token"})
-                    return
-                started = self._dispatch(request)
-                if isinstance(started, dict):
-                    await send(writer, started)
+                if isinstance(started, asyncio.Task):  # held until the call ends
+                    call = started
+                    call.add_done_callback(functools.partial(self._released, held))
+                    call.add_done_callback(lambda done: _reply(writer, done))
                     continue
-                call = asyncio.ensure_future(started)
-                call.add_done_callback(lambda done: _reply(writer, done))
+                self._release(held)
+                return  # handed over to the approval client, or refused
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         except asyncio.CancelledError:
@@ -110,7 +147,99 @@ class Listener:
                 with contextlib.suppress(BaseException):
                     await call
             self._connections.discard(task)
+            self._counted.discard(task)
             writer.close()
+
+    async def _handle(
+        self,
+        line: bytes | bytearray,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        check_token: bool,
+        task: asyncio.Task[None],
+    ) -> asyncio.Task[Any] | bool | None:
+        """Act on one request: the call it started, None when answered at once, or False when the
+        connection is done (handed over to an approval client, or refused)."""
+        try:
+            request = json.loads(line)
+            op = request.get("op")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            await send(writer, {"ok": False, "error": "malformed request"})
+            return None
+        if op == "approve":
+            self._counted.discard(task)  # the application's, not the kernel's
+            await self._approvals(request, reader, writer)
+            return False
+        if check_token and op in _GUARDED and not self._token_ok(request):
+            logger.warning("refused a TCP request (op %r) without the tool server's token", op)
+            await send(writer, {"ok": False, "error": "refused: missing or wrong tool server token"})
+            return False
+        started = self._dispatch(request)
+        if isinstance(started, dict):
+            await send(writer, started)
+            return None
+        return asyncio.ensure_future(started)
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[bytearray, int]:
+        """The next request line (empty at the end) and the bytes of the budget it holds.
+
+        Taken in pieces of at most `_READ_LIMIT` bytes, each counted before the next is read; a
+        line that does not fit is read to its end, dropped, and raised as `_TooLarge`.
+        """
+        line = bytearray()
+        try:
+            while True:
+                try:
+                    piece = await reader.readuntil(b"\n")
+                except asyncio.LimitOverrunError as e:
+                    piece = await reader.readexactly(e.consumed)
+                except asyncio.IncompleteReadError as e:  # the end: a last line without a newline
+                    piece = e.partial
+                if self._max_buffered is not None and self.buffered + len(piece) > self._max_buffered:
+                    raise _TooLarge(len(line) + len(piece) + await _skip_line(reader, piece))
+                self.buffered += len(piece)
+                line += piece
+                if not piece or piece.endswith(b"\n"):
+                    return line, len(line)
+        except BaseException:
+            self._release(len(line))
+            raise
+
+    def _release(self, held: int) -> None:
+        self.buffered -= held
+
+    def _released(self, held: int, _: object) -> None:
+        self._release(held)
+
+    async def _refuse_connection(self, writer: asyncio.StreamWriter) -> None:
+        self._warn(
+            "connections", "refused a tool server connection (max_connections %d)", self._max_connections
+        )
+        error = (
+            f"The ipybox tool server refused this connection: the kernel already holds "
+            f"{self._max_connections} connections to it, its limit (ResourceLimits.tool_connections; "
+            "ipybox --max-tool-connections). Call tools from fewer threads at once, close connections "
+            "to the tool server you opened yourself, or raise the limit."
+        )
+        with contextlib.suppress(ConnectionError):
+            await send(writer, {"ok": False, "error": error})
+        writer.close()
+
+    def _too_large(self, size: int) -> str:
+        assert self._max_buffered is not None
+        return (
+            f"The ipybox tool server refused this request of {size} bytes: the requests it holds for "
+            f"this kernel at once may take {format_size(self._max_buffered)} (ResourceLimits.tool_buffer; "
+            f"ipybox --max-tool-buffer), {format_size(self.buffered)} of which other requests hold now. "
+            "Pass large data to tools as files in the workspace rather than as arguments, make fewer "
+            "calls at once, or raise the limit."
+        )
+
+    def _warn(self, kind: str, message: str, *args: Any) -> None:
+        """Log a refusal as a warning the first time, later ones of its kind at debug level (a flood)."""
+        level = logging.DEBUG if kind in self._warned else logging.WARNING
+        self._warned.add(kind)
+        logger.log(level, message, *args)
 
     def _token_ok(self, request: dict[str, Any]) -> bool:
         return hmac.compare_digest(str(request.get("token", "")).encode(), self._token)
@@ -129,6 +258,20 @@ def _reply(writer: asyncio.StreamWriter, call: asyncio.Future[Any]) -> None:
         logger.error("tool server call failed", exc_info=error)
         message = {"ok": False, "error": f"tool server error: {type(error).__name__}: {error}"}
     writer.write(json.dumps(message).encode() + b"\n")
+
+
+async def _skip_line(reader: asyncio.StreamReader, piece: bytes) -> int:
+    """Read and drop the rest of a line whose `piece` was just read; the bytes dropped after it."""
+    skipped = 0
+    while piece and not piece.endswith(b"\n"):
+        try:
+            piece = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError as e:
+            piece = await reader.readexactly(e.consumed)
+        except asyncio.IncompleteReadError as e:
+            piece = e.partial
+        skipped += len(piece)
+    return skipped
 
 
 async def send(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:

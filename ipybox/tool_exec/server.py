@@ -49,6 +49,11 @@ class ToolServer(Service):
     `${VAR}` placeholders take values from `workspace/.env` and the environment (all of it by
     default, only the names in `allow_env` if given), or exactly from `placeholder_env`; they
     are filled only where `ipybox.mcp_connect.resolve` allows.
+
+    What it holds for its kernel is bounded: `max_connections` open connections and
+    `max_buffered` bytes of requests at once (the `tool_connections` and `tool_buffer` of
+    `ResourceLimits`; None: no limit). Pending approvals are bounded with them, as each connection
+    has at most one call running.
     """
 
     def __init__(
@@ -70,6 +75,8 @@ class ToolServer(Service):
         allow_env: Iterable[str] | None = None,
         placeholder_env: Mapping[str, str] | None = None,
         token: str | None = None,
+        max_connections: int | None = 64,
+        max_buffered: int | None = 64 << 20,
     ) -> None:
         self.host, self.port = host, port
         self.token = token or secrets.token_urlsafe(32)
@@ -83,7 +90,13 @@ class ToolServer(Service):
         self.audit = AuditLog(audit_log, trusted=trusted) if audit_log is not None else None
         self._servers = {name: dict(params) for name, params in (servers or {}).items()}
         self._pool = ConnectionPool(connect_timeout, call_timeout)
-        self._listener = Listener(self._dispatch, self._serve_approvals, self.token)
+        self._listener = Listener(
+            self._dispatch,
+            self._serve_approvals,
+            self.token,
+            max_connections=max_connections,
+            max_buffered=max_buffered,
+        )
         self._stopped = asyncio.Event()
         if log_to_stderr:  # a standalone server; embedded in an application, logging is the app's
             logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")

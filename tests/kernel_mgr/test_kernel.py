@@ -96,9 +96,10 @@ def test_output_collector_orders_events_and_decodes_images() -> None:
 
     assert seen == [
         KernelEvent("stream", text="out\n"),
-        KernelEvent("image", data=b"png"),
+        KernelEvent("image", encoded=base64.b64encode(b"png").decode()),  # decoded only if kept
         KernelEvent("text", text="42\n"),
     ]
+    assert (seen[1].size, seen[1].image()) == (3, b"png")
     assert collector.error == "Trace\nE: v"
 
 

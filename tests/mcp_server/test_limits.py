@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import pytest
 from servers.launch import require_cgroups
 
-from .conftest import EVERYTHING, ipybox_processes, open_ipybox, requires_node, text_of
+from ipybox import ResourceLimits
+from ipybox.mcp_server import ServerOptions
+
+from .conftest import (
+    EVERYTHING,
+    TRUNCATION_MARKER,
+    images_of,
+    ipybox_processes,
+    open_ipybox,
+    requires_node,
+    text_of,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -64,6 +76,41 @@ async def test_output_flood_is_cut_and_host_memory_stays_bounded(workspace: Path
     assert len(text) < 5000
     assert rss < 600 * 1024**2  # 200 MB printed; the server keeps at most the output limit
     assert alive == "alive"
+
+
+def test_host_limits_have_the_same_defaults_on_the_command_line() -> None:
+    args = importlib.import_module("ipybox.cli.main").parser().parse_args([])
+    limits, options = ResourceLimits(), ServerOptions(Path("."))
+    assert (args.max_images, args.max_image_bytes) == (limits.images, limits.image_bytes)
+    assert (args.max_tool_connections, args.max_tool_buffer) == (limits.tool_connections, limits.tool_buffer)
+    assert (args.max_spilled_outputs, args.max_spilled_bytes) == (
+        options.spilled_outputs,
+        options.spilled_bytes,
+    )
+    args = importlib.import_module("ipybox.cli.main").parser().parse_args(["--max-images", "none"])
+    assert args.max_images is None
+
+
+async def test_images_and_spilled_outputs_are_kept_up_to_their_limits(
+    workspace: Path, state_dir: Path
+) -> None:
+    show = (
+        "import base64, os\nfrom IPython.display import display\nprint('shown')\nfor _ in range(5):\n"
+        "    display({'image/png': base64.b64encode(b'\\x89PNG' + os.urandom(1000)).decode()}, raw=True)"
+    )
+    args = ["--max-images", "3", "--max-spilled-outputs", "2"]
+    async with open_ipybox(workspace, state_dir, args=args) as box:
+        shown = await box.run(show)
+        spilled = [await box.output(f"print('{i}' * 100)", max_output_chars=10) for i in range(4)]
+    assert not shown.is_error and len(images_of(shown)) == 3
+    text = text_of(shown)
+    assert text.startswith("shown\n[ipybox] 2 of the 5 images this execution displayed were dropped")
+    assert "at most 3 images (ResourceLimits.images, ipybox --max-images)" in text
+    assert text.count("[image saved to ") == 3
+    paths = [Path(match.group(3)) for out in spilled if (match := TRUNCATION_MARKER.search(out))]
+    assert len(paths) == 4
+    assert sorted((workspace / ".ipybox" / "outputs").iterdir()) == sorted(paths[2:])  # the newest two
+    assert paths[3].read_text() == "3" * 100
 
 
 @requires_node

@@ -1,0 +1,122 @@
+"""Floods from one kernel bound what the host process holds for it, and leave another kernel alone.
+
+One kernel displays 40 images of 4 MiB (160 MiB) and opens 16 connections to its tool server,
+each sending 24 MiB without a newline, under small limits; another kernel of the same process
+runs cells and tool calls meanwhile. What the host kept is asserted (the images within
+`image_bytes`, the request bytes within `tool_buffer`); its peak RSS per flood is reported
+(Linux's VmHWM, reset before each flood), as are the kernel's own figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+from internals import tool_server_buffered
+
+from ipybox import CodeExecutor, ResourceLimits
+
+from .conftest import MIB, Figures, Workspace, echo_code
+
+LIMITS = ResourceLimits(image_bytes=32 * MIB, tool_connections=8, tool_buffer=16 * MIB)
+IMAGES = """
+import base64, os
+from IPython.display import display
+png = base64.b64encode(b"\\x89PNG\\r\\n\\x1a\\n" + os.urandom(4 * 2**20 - 8)).decode()
+for _ in range(40):
+    display({"image/png": png}, raw=True)
+print("shown")
+"""
+SOCKETS = """
+import os, socket, threading
+def one():
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.environ["IPYBOX_TOOL_SERVER"])
+    try:
+        for _ in range(24):
+            sock.sendall(b"x" * 2**20)
+    except OSError:
+        pass  # refused
+    sock.close()
+threads = [threading.Thread(target=one) for _ in range(16)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("sent")
+"""
+
+
+def _kib(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+    raise LookupError(key)
+
+
+def _reset_peak() -> bool:
+    """Start Linux's peak-RSS count (VmHWM) afresh; False where it cannot be."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    return False
+
+
+async def _meanwhile(other: CodeExecutor, done: asyncio.Future[object]) -> int:
+    """Cells and tool calls on the other kernel until `done`: how many ran, each checked."""
+    runs = 0
+    while not done.done() or runs == 0:
+        assert (await other.execute(f"print({runs} * 2)")).text == str(runs * 2)
+        assert (await other.execute(echo_code(f"m{runs}"))).text == f"m{runs}"
+        runs += 1
+    return runs
+
+
+async def _most_buffered(executor: CodeExecutor, until: asyncio.Future[object]) -> int:
+    """The most request bytes the executor's tool server held at once, sampled until `until`."""
+    most = 0
+    while not until.done():
+        most = max(most, tool_server_buffered(executor))
+        await asyncio.sleep(0.001)
+    return most
+
+
+@pytest.mark.timeout(300)
+async def test_floods_from_one_kernel_keep_host_memory_bounded(
+    workspace: Workspace, figures: Figures
+) -> None:
+    workspace.register()
+    values: dict[str, object] = {}
+    async with (
+        CodeExecutor(working_dir=workspace.root, spare_kernel=False, limits=LIMITS) as flooder,
+        CodeExecutor(working_dir=workspace.root, spare_kernel=False) as other,
+    ):
+        await other.execute("print(1)")
+        measured = _reset_peak()
+        base = _kib("VmRSS:")
+        images = asyncio.ensure_future(flooder.execute(IMAGES, timeout=240))
+        values["other_runs_images"] = await _meanwhile(other, images)
+        result = await images
+        kept = sum(len(png) for png in result._png)
+        assert kept <= LIMITS.image_bytes and len(result.images) == 8  # type: ignore[operator]
+        assert (
+            result.text is not None
+            and "32 of the 40 images this execution displayed were dropped" in result.text
+        )
+        values |= {"images_kept_mib": kept // MIB, "images_peak_growth_mib": (_kib("VmHWM:") - base) // MIB}
+        del result
+
+        _reset_peak()
+        base = _kib("VmRSS:")
+        sockets = asyncio.ensure_future(flooder.execute(SOCKETS, timeout=240))
+        sampled = asyncio.ensure_future(_most_buffered(flooder, sockets))
+        values["other_runs_sockets"] = await _meanwhile(other, sockets)
+        assert (await sockets).text == "sent"
+        buffered = await sampled
+        assert buffered <= LIMITS.tool_buffer  # type: ignore[operator]
+        growth = (_kib("VmHWM:") - base) // MIB
+        values |= {"socket_buffered_peak_mib": buffered // MIB, "socket_peak_growth_mib": growth}
+        assert (await flooder.execute(echo_code("after"))).text == "after"  # its tool calls work again
+    if not measured:
+        values = {k: v for k, v in values.items() if "growth" not in k}
+    figures.report("host_memory_floods", values)
