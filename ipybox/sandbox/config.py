@@ -194,27 +194,26 @@ def kernel_policy(
     fs["allowWrite"] = [
         p
         for p in reads.outside_credentials(fs.get("allowWrite", []))
-        if not any(Path(os.path.expanduser(p)).absolute().is_relative_to(n) for n in never)
+        if not reads.within(os.path.abspath(os.path.expanduser(p)), never)
     ]
     named = reads.outside_credentials(fs.get("allowRead", []))
     fs["allowWrite"].append(str(writable_dir))
     state = str(state_dir().absolute())
     fs.setdefault("denyWrite", []).extend([state, *_ALWAYS_DENY_WRITE, *(str(p) for p in protected)])
-    deny_read = fs.setdefault("denyRead", [])
-    deny_read[:0] = ["/"]
+    deny_read = fs["denyRead"] = ["/", *fs.get("denyRead", [])]
     deny_read.extend(str(p) for p in hidden)
     deny_read.extend([state, *_runtime_roots(), *reads.hidden_credentials(), *reads.hidden_system()])
     # the workspace's and those in packages of editable installs (often the project's root)
-    folders: list[Path | str] = [*([] if workspace is None else [workspace]), *reads.editable_packages()]
+    top: list[Path] = [] if workspace is None else [workspace]
+    folders: list[Path | str] = [*top, *reads.editable_packages()]
     for folder in folders:
         if any(c in str(folder) for c in "*?[]{}!"):
             logger.warning("not hiding .env files below %s: its path has glob characters", folder)
         elif os.path.isdir(folder):
             deny_read.extend(f"{folder}/{pattern}" for pattern in _DOTENV_GLOBS)
-    needed: list[Path | str] = [*reachable, *reads.readable(str(p) for p in readable)]
-    needed += [] if workspace is None else [workspace]
+    needed = [*map(str, [*reachable, *top]), *reads.readable(map(str, readable))]
     deny_read.extend(_hidden_in_named(named, [*fs["allowWrite"], *needed]))
-    fs["allowRead"] = [*named, *(str(p) for p in needed)]
+    fs["allowRead"] = [*named, *needed]
     for key in ("denyRead", "allowRead", "allowWrite", "denyWrite"):
         fs[key] = list(dict.fromkeys(fs[key]))
     network = policy.setdefault("network", {})
@@ -228,11 +227,13 @@ def _hidden_in_named(named: Sequence[str], needed: Sequence[Path | str]) -> list
     """The hidden entries (at any depth) of the directories a policy's `allowRead` names, but
     for those it names too and what the kernel needs anyway (`needed`: its workspace, writable
     paths, Python environment and system directories, each left to its own rules)."""
+    if not named:
+        return []
     needed_paths = _outermost(Path(os.path.expanduser(p)).absolute() for p in needed)
     named_paths = [Path(os.path.expanduser(p)).absolute() for p in named]
     hidden: list[str] = []
     for folder in dict.fromkeys(named_paths):
-        if folder.is_dir() and not any(folder.is_relative_to(n) for n in needed_paths):
+        if folder.is_dir() and not reads.within(folder, needed_paths):
             keep = [*needed_paths, *(n for n in named_paths if n != folder and n.is_relative_to(folder))]
             hidden += reads.hidden_below(folder, keep)
     return hidden
@@ -242,7 +243,7 @@ def _outermost(paths: Iterable[Path]) -> list[Path]:
     """`paths` without those inside another of them."""
     found: list[Path] = []
     for path in sorted(set(paths), key=lambda p: len(p.parts)):
-        if not any(path.is_relative_to(f) for f in found):
+        if not reads.within(path, found):
             found.append(path)
     return found
 
@@ -406,7 +407,7 @@ def _protect_writable(
         standins |= {root / name: "dir" for name in autorun.CREATION_BLOCKED}
         standins[root / ".mcp.json"] = "mcp"  # Claude Code reports a directory as a broken config
         for folder in scan.directories[1:]:
-            if any(folder.is_relative_to(d) for d in user_denied):
+            if reads.within(folder, user_denied):
                 continue  # read-only anyway
             standins |= {folder / name: "dir" for name in blocked}
             pins.append(folder)
@@ -419,7 +420,7 @@ def _protect_writable(
         # never through a link (a kernel may have planted one in a writable dir)
         if (
             missing is not None
-            and any(missing.is_relative_to(r) for r in roots)
+            and reads.within(missing, roots)
             and os.path.realpath(missing.parent) == str(missing.parent)
         ):
             placeholders.ensure(missing, kind if missing == path else "dir")
@@ -434,6 +435,8 @@ def _globby(path: str) -> bool:
 
 def _first_missing(path: Path) -> Path | None:
     """The first component of `path` that does not exist (None if it all exists)."""
+    if os.path.isdir(path.parent):  # the common case: only the name itself is missing
+        return None if os.path.lexists(path) else path
     for candidate in [*reversed(path.parents), path]:
         if not os.path.lexists(candidate):
             return candidate
