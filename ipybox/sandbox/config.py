@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import logging
 import os
@@ -407,8 +408,8 @@ def _protect_writable(
         standins |= {root / name: "dir" for name in autorun.CREATION_BLOCKED}
         standins[root / ".mcp.json"] = "mcp"  # Claude Code reports a directory as a broken config
         for folder in scan.directories[1:]:
-            if reads.within(folder, user_denied):
-                continue  # read-only anyway
+            if reads.within(folder, user_denied) or _read_denied(folder, fs.get("denyRead", [])):
+                continue  # read-only anyway; or hidden, which a pin (a writable bind) would undo
             standins |= {folder / name: "dir" for name in blocked}
             pins.append(folder)
         if root == workspace:
@@ -427,6 +428,21 @@ def _protect_writable(
             found.append(missing)
     fs["allowWrite"] = [*fs.get("allowWrite", []), *(str(p) for p in pins)]
     return [*found, *standins]
+
+
+def _read_denied(folder: Path, deny_read: Sequence[str]) -> bool:
+    """Whether the policy's `denyRead` hides `folder` (or something named like it), or it is a
+    hidden folder (whose name a `denyRead` glob such as `**/.env` may match)."""
+    if folder.name.startswith("."):
+        return True
+    for entry in deny_read:
+        path = os.path.abspath(os.path.expanduser(entry))
+        if not _globby(entry):
+            if reads.within(folder, [path]):
+                return True
+        elif fnmatch.fnmatchcase(str(folder), path) or fnmatch.fnmatchcase(folder.name, Path(path).name):
+            return True
+    return False
 
 
 def _globby(path: str) -> bool:

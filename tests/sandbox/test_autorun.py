@@ -180,16 +180,26 @@ async def test_git_and_common_workloads_work_in_a_repository(workspace: Path) ->
 
 
 async def test_missing_paths_a_policy_denies_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
-    """A policy's own `denyWrite` entries get the same placeholders, and leave no trace."""
+    """A policy's own `denyWrite` entries get the same placeholders, and leave no trace; the
+    folders its `denyRead` hides stay hidden (guarding a folder does not open it)."""
+    (workspace / "private" / "inner").mkdir(parents=True)
+    (workspace / "private" / "inner" / "key.txt").write_text("private-secret-7c4\n")
     config = write_config(
         tmp_path / "c.json",
-        sandbox_config(filesystem={"allowWrite": ["."], "denyWrite": ["docs/RELEASE.md"]}),
+        sandbox_config(
+            filesystem={"allowWrite": ["."], "denyWrite": ["docs/RELEASE.md"], "denyRead": ["private"]}
+        ),
     )
     async with CodeExecutor(
         sandbox=True, sandbox_config=config, working_dir=workspace, spare_kernel=True
     ) as executor:
         await executor.reset()
-        result = await probe(executor, TAMPER + "print(_json.dumps(tamper('docs/RELEASE.md')))")
+        result = await probe(
+            executor,
+            TAMPER
+            + "print(_json.dumps(tamper('docs/RELEASE.md') + "
+            + "[attempt(lambda: open('private/inner/key.txt').read())]))",
+        )
     assert not [o for o in result if o.startswith("ok")], result
     assert not (workspace / "docs").exists()
 
