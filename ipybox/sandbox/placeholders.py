@@ -122,7 +122,8 @@ def _remove_if_last(path: Path | None, fd: int, lock: Path) -> None:
         return
     record = os.pread(fd, 4096, 0).decode(errors="replace").splitlines()
     if path is not None and record[:1] in (["dir"], *([k] for k in _CONTENT)) and record[1:2] == [str(path)]:
-        if _remove_unchanged(path, record[0]) and len(record) == 4:
+        _remove_unchanged(path, record[0])
+        if len(record) == 4:  # also if the file stays (someone wrote it): git should see it then
             _unexclude(Path(record[2]), record[3])
     with contextlib.suppress(FileNotFoundError):
         os.unlink(lock)
@@ -133,21 +134,18 @@ def _remove_if_last(path: Path | None, fd: int, lock: Path) -> None:
 _CONTENT = {"file": b"", "mcp": b'{"mcpServers": {}}\n'}
 
 
-def _remove_unchanged(path: Path, kind: str) -> bool:
+def _remove_unchanged(path: Path, kind: str) -> None:
     """Remove the stand-in `path` if it is still as made (else it is no longer ours)."""
     try:
         info = path.lstat()
     except FileNotFoundError:
-        return True
+        return
     with contextlib.suppress(OSError):
         if kind == "dir" and stat.S_ISDIR(info.st_mode):
             path.rmdir()  # fails if anything was put inside
-            return True
-        if kind in _CONTENT and stat.S_ISREG(info.st_mode) and info.st_size == len(_CONTENT[kind]):
+        elif kind in _CONTENT and stat.S_ISREG(info.st_mode) and info.st_size == len(_CONTENT[kind]):
             if path.read_bytes() == _CONTENT[kind]:
                 path.unlink()
-                return True
-    return False
 
 
 def _work_tree(folder: Path) -> tuple[Path, Path] | None:
