@@ -13,6 +13,7 @@ import logging
 import os
 import shlex
 import subprocess
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,21 +86,27 @@ class Scan:
     truncated: bool = False
 
 
-def scan(root: Path, limit: int = MAX_WALKED, guarded: int = MAX_GUARDED) -> Scan:
+def scan(
+    root: Path, off_limits: Iterable[Path] = (), limit: int = MAX_WALKED, guarded: int = MAX_GUARDED
+) -> Scan:
     """Walk the writable directory `root` breadth first: the auto-run paths, git directories and
     Python environments in it (protected whole; not walked), plus what git's configuration
-    names, and the first `guarded` other directories (to be guarded)."""
+    names, and `root` with its first `guarded` - 1 other directories that are not hidden (to be
+    guarded). The `off_limits` directories (ipybox's own, hidden ones) are not walked."""
+    skipped = {str(p) for p in off_limits}
     found = Scan()
     if is_git_dir(root):
         found.protected += [root / name for name in GIT_DIR_NAMES]
-    pending = [root]
+    pending = deque([root])
     walked = 0
     while pending:
-        folder = pending.pop(0)
+        folder = pending.popleft()
         if walked >= limit:
             break
         walked += 1
-        if len(found.directories) < guarded:
+        if folder != root and folder.name.startswith("."):
+            pass  # hidden folders are not guarded (see docs/sandbox.md); the root always is
+        elif len(found.directories) < guarded:
             found.directories.append(folder)
         else:
             found.truncated = True
@@ -113,7 +120,9 @@ def scan(root: Path, limit: int = MAX_WALKED, guarded: int = MAX_GUARDED) -> Sca
                 found.protected.append(path)
                 if entry.name == ".git":
                     found.protected += _git_dirs(path)
-            elif entry.name in _NOT_WALKED or not entry.is_dir(follow_symlinks=False):
+            elif (
+                entry.name in _NOT_WALKED or entry.path in skipped or not entry.is_dir(follow_symlinks=False)
+            ):
                 continue
             elif is_git_dir(path) or is_environment(path):
                 found.protected.append(path)  # a bare repository or a Python environment

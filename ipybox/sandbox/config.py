@@ -381,10 +381,12 @@ def _protect_writable(
     may write (but its private one), with placeholders made for those that must not be created
     (and for `keep` paths that are missing there); see `ipybox.sandbox.autorun`.
 
-    Every existing directory there is guarded: it is added to `config`'s `allowWrite` (srt
+    The shallowest directories there are guarded: each is added to `config`'s `allowWrite` (srt
     binds it onto itself, so the kernel can neither move nor remove it and put a directory of
     its own in its place) and `.git` and `HEAD` cannot be created in it (git takes neither it
-    nor a folder below it for a repository of the kernel's making)."""
+    nor a folder below it for a repository of the kernel's making). What ipybox hides or keeps
+    read-only (its state, runtime files, credential stores) is neither walked nor guarded: a
+    guard is a writable bind, which srt would lay over the hiding."""
     denied = [Path(os.path.expanduser(p)) for p in [*_ALWAYS_DENY_WRITE, str(state_dir().absolute())]]
     fs = config.setdefault("filesystem", {})
     roots = []
@@ -398,8 +400,9 @@ def _protect_writable(
     home = Path.home().absolute()
     user_denied = [Path(os.path.expanduser(p)).absolute() for p in fs.get("denyWrite", []) if not _globby(p)]
     blocked = [n for n in autorun.EVERY_DIR_BLOCKED if n != "HEAD" or autorun.bare_repositories_allowed()]
+    off_limits = [*denied, private, *map(Path, [*_runtime_roots(), *reads.hidden_credentials()])]
     for root in roots:
-        scan = autorun.scan(root)
+        scan = autorun.scan(root, off_limits)
         found += scan.protected
         if home.is_relative_to(root):  # start-up files of the user's shell and tools
             standins |= {home / name: kind for name, kind in autorun.HOME_NAMES.items()}
