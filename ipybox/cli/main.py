@@ -60,7 +60,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     verifier, auth = _authentication(args)
     audit_log = args.audit_log.expanduser().resolve() if args.audit_log else None
     os.chdir(workspace)  # the kernel's working directory, and where `.env` is read
-    load_dotenv(workspace / ".env", override=False, interpolate=False)  # `${VAR}` is kept as written
+    if (workspace / ".env").is_file():  # a directory: a running sandbox's stand-in
+        load_dotenv(workspace / ".env", override=False, interpolate=False)  # `${VAR}` is kept as written
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
         args.sandbox_config = workspace / WORKSPACE_CONFIG

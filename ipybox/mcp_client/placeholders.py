@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from dotenv import dotenv_values
@@ -89,6 +90,8 @@ def _dotenv_values(path: Path, context: Mapping[str, str]) -> dict[str, str]:
     try:
         stat = path.stat()
     except OSError:
+        return {}
+    if not S_ISREG(stat.st_mode):  # a directory: a running sandbox's stand-in for a missing `.env`
         return {}
     values: dict[str, str] = {}
     for name, raw in _dotenv(str(path), stat.st_mtime_ns, stat.st_size):

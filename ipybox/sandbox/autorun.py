@@ -1,8 +1,10 @@
 """Paths in a kernel-writable directory that programs on the host run or trust on routine use.
 
 A kernel must not write them: what it put there would run outside the sandbox the next time
-the user runs `git status`, opens the folder in an editor or starts Claude Code there. See
-docs/sandbox.md ("What the kernel may not write") for the list and the reasoning.
+the user runs `git status` (or a shell prompt runs it), starts a Python environment's
+interpreter, opens the folder in an editor or starts Claude Code there. Protection is by
+class, at any depth: every existing directory of a writable root is walked once per kernel
+start. See docs/sandbox.md ("What the kernel may not write") for the threat model.
 """
 
 from __future__ import annotations
@@ -11,37 +13,34 @@ import logging
 import os
 import shlex
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ipybox._programs import which
 
 logger = logging.getLogger(__name__)
 
-#: Names protected wherever they exist in a writable directory (down to `SCAN_DEPTH`):
-#: git's repository (config, hooks, commondir, worktrees, modules, info, index) or a `.git`
-#: file redirecting to one; editors' task and settings files; Claude Code's settings (hooks)
-#: and project MCP servers; direnv's `.envrc` (an approved one may source other files); the
-#: pre-commit configuration (its hooks run on every commit).
+#: Names protected whole wherever they exist in a writable directory: git's repository (or a
+#: `.git` file redirecting to one); editors' task and settings files; Claude Code's settings
+#: (hooks) and project MCP servers; direnv's `.envrc` (an approved one may source other
+#: files); the pre-commit configuration (its hooks run on every commit).
 AUTORUN_NAMES = (".git", ".vscode", ".idea", ".claude", ".mcp.json", ".envrc", ".pre-commit-config.yaml")
 
-#: Names whose creation at the top of a writable directory is blocked, with the kind of
-#: placeholder that stands in for them while a sandbox runs: "dir" (git, finding an empty
-#: `.git` directory, looks further up as if it were not there) or "file".
-#: `HEAD`: git's discovery takes a directory with a `HEAD` naming a ref, `objects/` and `refs/`
-#: for a (bare) git directory, config and all; an empty `HEAD` names none, so git looks
-#: further up, and the kernel's `config` (`core.fsmonitor`) next to it is never read.
-#: `.envrc` and `.pre-commit-config.yaml` are left out: direnv runs a new `.envrc` only once
-#: the user approves it, pre-commit runs only when the user installed it (and its config
-#: then exists).
-CREATION_BLOCKED = {
-    ".git": "dir",
-    "HEAD": "file",
-    ".vscode": "dir",
-    ".idea": "dir",
-    ".claude": "dir",
-    ".mcp.json": "file",
-}
+#: Names whose creation at the top of a writable directory is blocked while a sandbox runs, by
+#: a stand-in that host programs pass over: an empty directory (git ignores empty directories,
+#: an empty `.git` directory is no repository, a `HEAD` directory names no ref, editors find no
+#: settings in an empty folder), except `.mcp.json`, a file naming no servers (Claude Code
+#: reports a directory as a broken configuration), which git is told to ignore meanwhile.
+CREATION_BLOCKED = (".git", "HEAD", ".vscode", ".idea", ".claude", ".mcp.json")
+
+#: Names whose creation is blocked in every existing directory below the top (same stand-ins):
+#: together they keep any such directory from becoming a git work tree (`.git`) or a git
+#: directory (`HEAD`; git takes a directory holding `HEAD`, `objects/` and `refs/` for one).
+#: `HEAD` is left out when the user's git ignores bare repositories it is not pointed to
+#: (`safe.bareRepository = explicit`).
+EVERY_DIR_BLOCKED = (".git", "HEAD")
 
 #: What git reads and runs from a git directory: protected at the top of a writable directory
 #: that is one (a bare repository as workspace); a git directory below it is protected whole.
@@ -58,54 +57,128 @@ HOME_NAMES = {
     **dict.fromkeys((".config", ".local", ".ssh"), "dir"),
 }
 
-#: How deep below a writable directory existing auto-run paths are looked for.
-SCAN_DEPTH = 3
+#: At most this many directories of one writable root are walked for paths to protect.
+MAX_WALKED = 5000
 
-#: Directories not searched: dependency trees that no host program treats as a project.
-_SKIP = frozenset(("node_modules", "__pycache__", ".venv", "venv", "site-packages"))
+#: At most this many directories of one writable root are guarded (breadth first, so the
+#: shallowest): each costs three mounts, and bubblewrap's time grows faster than their number
+#: (measured on 2 busy cores: +0.4 s for 20 guarded directories, +1 s for 50, +35 s for 500).
+MAX_GUARDED = 32
+
+#: Directories not walked: dependency trees and caches that no host program treats as a
+#: project, and `HEAD` (a stand-in, or a directory git cannot take for its `HEAD` anyway).
+_NOT_WALKED = frozenset(("node_modules", "__pycache__", "HEAD"))
+
+#: What marks a directory as a Python environment: a venv's `pyvenv.cfg`, a conda environment's
+#: `conda-meta/`. Its `.pth` files and `sitecustomize.py` run on every start of its interpreter.
+_ENVIRONMENT_MARKERS = ("pyvenv.cfg", "conda-meta")
 
 
-def protected_paths(root: Path) -> list[Path]:
-    """The auto-run paths that exist in the writable directory `root`, plus what git's
-    configuration there names (a `.git` file's git dir, commondir, hooks path, scripts)."""
-    found: list[Path] = []
+_told: set[Path] = set()  # roots whose unguarded directories were logged
+
+
+@dataclass
+class Scan:
+    """What one walk of a writable directory found."""
+
+    protected: list[Path] = field(default_factory=list)  # read-only whole
+    directories: list[Path] = field(default_factory=list)  # guarded: pinned, `.git`/`HEAD` blocked
+    truncated: bool = False
+
+
+def scan(
+    root: Path, off_limits: Iterable[Path] = (), limit: int = MAX_WALKED, guarded: int = MAX_GUARDED
+) -> Scan:
+    """Walk the writable directory `root` breadth first: the auto-run paths, git directories and
+    Python environments in it (protected whole; not walked), plus what git's configuration
+    names, and `root` with its first `guarded` - 1 other directories that are not hidden (to be
+    guarded). The `off_limits` directories (ipybox's own, hidden ones) are not walked."""
+    skipped = {str(p) for p in off_limits}
+    found = Scan()
     if is_git_dir(root):
-        found += [root / name for name in GIT_DIR_NAMES]
-    for path in _scan(root, SCAN_DEPTH):
-        found.append(path)
-        if path.name == ".git":
-            found += _git_dirs(path)
-    found += _git_config_paths(root)
-    # a missing path inside a protected directory cannot be created anyway
-    return [p for p in dict.fromkeys(found) if os.path.lexists(p)]
-
-
-def _scan(root: Path, depth: int) -> Iterator[Path]:
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return
-    for entry in entries:
-        if entry.name in AUTORUN_NAMES:
-            yield Path(entry.path)
-        elif depth > 1 and entry.name not in _SKIP and entry.is_dir(follow_symlinks=False):
-            if is_git_dir(Path(entry.path)):
-                yield Path(entry.path)  # a bare repository: protected like a `.git`
+        found.protected += [root / name for name in GIT_DIR_NAMES]
+    pending = deque([root])
+    walked = 0
+    while pending:
+        folder = pending.popleft()
+        if walked >= limit:
+            break
+        walked += 1
+        if folder != root and folder.name.startswith("."):
+            pass  # hidden folders are not guarded (see docs/sandbox.md); the root always is
+        elif len(found.directories) < guarded:
+            found.directories.append(folder)
+        else:
+            found.truncated = True
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.name in AUTORUN_NAMES:
+                found.protected.append(path)
+                if entry.name == ".git":
+                    found.protected += _git_dirs(path)
+            elif (
+                entry.name in _NOT_WALKED or entry.path in skipped or not entry.is_dir(follow_symlinks=False)
+            ):
+                continue
+            elif is_git_dir(path) or is_environment(path):
+                found.protected.append(path)  # a bare repository or a Python environment
             else:
-                yield from _scan(Path(entry.path), depth - 1)
+                pending.append(path)
+    if walked >= limit:
+        logger.warning("%s: searched the first %d directories for auto-run paths only", root, limit)
+    if found.truncated and root not in _told:
+        _told.add(root)
+        logger.info(
+            "%s: the shallowest %d directories are kept from becoming git repositories, not the "
+            "deeper ones (see docs/sandbox.md)",
+            root,
+            guarded,
+        )
+    found.protected += _git_config_paths(root)
+    # a missing path inside a protected directory cannot be created anyway
+    found.protected = [p for p in dict.fromkeys(found.protected) if os.path.lexists(p)]
+    return found
+
+
+def is_environment(path: Path) -> bool:
+    """Whether `path` is a Python environment (a venv or a conda environment)."""
+    return any(os.path.lexists(path / marker) for marker in _ENVIRONMENT_MARKERS)
 
 
 def is_git_dir(path: Path) -> bool:
-    """Whether git's discovery may take `path` itself for a git directory: it holds a
-    non-empty `HEAD` file (git then checks that it names a ref) and `objects/` and `refs/`
-    (or a `commondir` pointing to them)."""
+    """Whether git may take `path` for a git directory, now or once the kernel adds what is
+    missing: it holds a non-empty `HEAD` file or link (git then checks that it names a ref, and
+    that `objects/` and `refs/`, or a `commondir` pointing to them, are there)."""
     head = path / "HEAD"
     try:
-        if head.is_symlink() or not head.is_file() or head.stat().st_size == 0:
-            return False
+        return head.is_symlink() or (head.is_file() and head.stat().st_size > 0)
     except OSError:
         return False
-    return (path / "commondir").exists() or ((path / "objects").is_dir() and (path / "refs").is_dir())
+
+
+def bare_repositories_allowed() -> bool:
+    """Whether the user's git takes a directory it was not pointed to for a bare repository
+    (`safe.bareRepository` is not `explicit` in the system or global configuration)."""
+    git = which("git")
+    if git is None:
+        return True  # no git here now; one installed later would
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        done = subprocess.run(
+            [git, "config", "--get", "safe.bareRepository"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd="/",
+            env=env,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return done.stdout.strip().lower() != "explicit"
 
 
 def _git_dirs(dot_git: Path) -> list[Path]:

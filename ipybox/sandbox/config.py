@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import logging
 import os
@@ -12,7 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,13 @@ def load_config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return copy.deepcopy(DEFAULT_CONFIG)
     try:
-        text = Path(path).read_text()
-        # empty: the stand-in a running sandbox keeps in a workspace that has no config
+        # an empty directory: the stand-in a running sandbox keeps in a workspace without config
+        text = "" if _is_empty_dir(Path(path)) else Path(path).read_text()
         config = json.loads(text) if text.strip() else copy.deepcopy(DEFAULT_CONFIG)
     except FileNotFoundError:
         raise SandboxError(f"Sandbox config file not found: {path}") from None
+    except IsADirectoryError:
+        raise SandboxError(f"Sandbox config {path} is a directory; pass a JSON file.") from None
     except json.JSONDecodeError as e:
         raise SandboxError(f"Sandbox config {path} is not valid JSON: {e}") from None
     if not isinstance(config, dict):
@@ -101,6 +104,13 @@ def load_config(path: Path | None) -> dict[str, Any]:
             "filesystem.allowWrite instead."
         )
     return config
+
+
+def _is_empty_dir(path: Path) -> bool:
+    try:
+        return path.is_dir() and not any(path.iterdir())
+    except OSError:
+        return False
 
 
 #: Paths whose contents run outside the sandbox later (IPython/Jupyter startup files and
@@ -189,27 +199,27 @@ def kernel_policy(
     never = [Path(os.path.expanduser(p)).absolute() for p in _ALWAYS_DENY_WRITE]
     fs["allowWrite"] = [
         p
-        for p in fs.get("allowWrite", [])
-        if not any(Path(os.path.expanduser(p)).absolute().is_relative_to(n) for n in never)
+        for p in reads.outside_credentials(fs.get("allowWrite", []))
+        if not reads.within(os.path.abspath(os.path.expanduser(p)), never)
     ]
+    named = reads.outside_credentials(fs.get("allowRead", []))
     fs["allowWrite"].append(str(writable_dir))
     state = str(state_dir().absolute())
     fs.setdefault("denyWrite", []).extend([state, *_ALWAYS_DENY_WRITE, *(str(p) for p in protected)])
-    deny_read = fs.setdefault("denyRead", [])
-    deny_read[:0] = ["/"]
+    deny_read = fs["denyRead"] = ["/", *fs.get("denyRead", [])]
     deny_read.extend(str(p) for p in hidden)
     deny_read.extend([state, *_runtime_roots(), *reads.hidden_credentials(), *reads.hidden_system()])
     # the workspace's and those in packages of editable installs (often the project's root)
-    folders: list[Path | str] = [*([] if workspace is None else [workspace]), *reads.editable_packages()]
+    top: list[Path] = [] if workspace is None else [workspace]
+    folders: list[Path | str] = [*top, *reads.editable_packages()]
     for folder in folders:
         if any(c in str(folder) for c in "*?[]{}!"):
             logger.warning("not hiding .env files below %s: its path has glob characters", folder)
         elif os.path.isdir(folder):
             deny_read.extend(f"{folder}/{pattern}" for pattern in _DOTENV_GLOBS)
-    allow_read = fs.setdefault("allowRead", [])
-    allow_read.extend(str(p) for p in [*reachable, *reads.readable(str(p) for p in readable)])
-    if workspace is not None:
-        allow_read.append(str(workspace))
+    needed = [*map(str, [*reachable, *top]), *reads.readable(map(str, readable))]
+    deny_read.extend(_hidden_in_named(named, [*fs["allowWrite"], *needed]))
+    fs["allowRead"] = [*named, *needed]
     for key in ("denyRead", "allowRead", "allowWrite", "denyWrite"):
         fs[key] = list(dict.fromkeys(fs[key]))
     network = policy.setdefault("network", {})
@@ -217,6 +227,31 @@ def kernel_policy(
     network.setdefault("deniedDomains", [])
     network["allowAllUnixSockets"] = True
     return policy
+
+
+def _hidden_in_named(named: Sequence[str], needed: Sequence[Path | str]) -> list[str]:
+    """The hidden entries (at any depth) of the directories a policy's `allowRead` names, but
+    for those it names too and what the kernel needs anyway (`needed`: its workspace, writable
+    paths, Python environment and system directories, each left to its own rules)."""
+    if not named:
+        return []
+    needed_paths = _outermost(Path(os.path.expanduser(p)).absolute() for p in needed)
+    named_paths = [Path(os.path.expanduser(p)).absolute() for p in named]
+    hidden: list[str] = []
+    for folder in dict.fromkeys(named_paths):
+        if folder.is_dir() and not reads.within(folder, needed_paths):
+            keep = [*needed_paths, *(n for n in named_paths if n != folder and n.is_relative_to(folder))]
+            hidden += reads.hidden_below(folder, keep)
+    return hidden
+
+
+def _outermost(paths: Iterable[Path]) -> list[Path]:
+    """`paths` without those inside another of them."""
+    found: list[Path] = []
+    for path in sorted(set(paths), key=lambda p: len(p.parts)):
+        if not reads.within(path, found):
+            found.append(path)
+    return found
 
 
 def _absolute(config: dict[str, Any], workspace: Path) -> dict[str, Any]:
@@ -393,41 +428,75 @@ def _lock_dir() -> Path:
 def _protect_writable(
     config: dict[str, Any], workspace: Path, private: Path, placeholders: Placeholders, keep: list[Path]
 ) -> list[Path]:
-    """The auto-run paths in every directory the kernel may write (but its private one), with
-    placeholders made for those that must not be created (and for `keep` paths that are
-    missing there); see `ipybox.sandbox.autorun`."""
+    """The auto-run paths, git directories and Python environments in every directory the kernel
+    may write (but its private one), with placeholders made for those that must not be created
+    (and for `keep` paths that are missing there); see `ipybox.sandbox.autorun`.
+
+    The shallowest directories there are guarded: each is added to `config`'s `allowWrite` (srt
+    binds it onto itself, so the kernel can neither move nor remove it and put a directory of
+    its own in its place) and `.git` and `HEAD` cannot be created in it (git takes neither it
+    nor a folder below it for a repository of the kernel's making). What ipybox hides or keeps
+    read-only (its state, runtime files, credential stores) is neither walked nor guarded: a
+    guard is a writable bind, which srt would lay over the hiding."""
     denied = [Path(os.path.expanduser(p)) for p in [*_ALWAYS_DENY_WRITE, str(state_dir().absolute())]]
+    fs = config.setdefault("filesystem", {})
     roots = []
-    for entry in config.get("filesystem", {}).get("allowWrite", []):
+    for entry in fs.get("allowWrite", []):
         root = Path(os.path.expanduser(entry)).absolute()
         if root.is_dir() and not any(root.is_relative_to(d) for d in denied) and root != private:
             roots.append(root)
     found: list[Path] = []
     standins: dict[Path, str] = {}
+    pins: list[Path] = []
     home = Path.home().absolute()
+    user_denied = [Path(os.path.expanduser(p)).absolute() for p in fs.get("denyWrite", []) if not _globby(p)]
+    blocked = [n for n in autorun.EVERY_DIR_BLOCKED if n != "HEAD" or autorun.bare_repositories_allowed()]
+    off_limits = [*denied, private, *map(Path, [*_runtime_roots(), *reads.hidden_credentials()])]
     for root in roots:
-        found += autorun.protected_paths(root)
+        scan = autorun.scan(root, off_limits)
+        found += scan.protected
         if home.is_relative_to(root):  # start-up files of the user's shell and tools
             standins |= {home / name: kind for name, kind in autorun.HOME_NAMES.items()}
         if home != root and home.is_relative_to(root):
-            continue  # "/" or /home: not a project, no placeholders at its top
-        standins |= {root / name: kind for name, kind in autorun.CREATION_BLOCKED.items()}
+            continue  # "/" or /home: not a project, no placeholders in it
+        standins |= {root / name: "dir" for name in autorun.CREATION_BLOCKED}
+        standins[root / ".mcp.json"] = "mcp"  # Claude Code reports a directory as a broken config
+        for folder in scan.directories[1:]:
+            if reads.within(folder, user_denied) or _read_denied(folder, fs.get("denyRead", [])):
+                continue  # read-only anyway; or hidden, which a pin (a writable bind) would undo
+            standins |= {folder / name: "dir" for name in blocked}
+            pins.append(folder)
         if root == workspace:
-            standins |= {root / ".env": "file", root / WORKSPACE_CONFIG: "file"}
-    user_denied = config.get("filesystem", {}).get("denyWrite", [])
-    standins |= {Path(os.path.expanduser(p)).absolute(): "file" for p in user_denied if not _globby(p)}
+            standins |= {root / ".env": "dir", root / WORKSPACE_CONFIG: "dir"}
+    standins |= dict.fromkeys(user_denied, "dir")
     standins |= {path: "file" for path in keep}
     for path, kind in standins.items():
         missing = _first_missing(path)
         # never through a link (a kernel may have planted one in a writable dir)
         if (
             missing is not None
-            and any(missing.is_relative_to(r) for r in roots)
+            and reads.within(missing, roots)
             and os.path.realpath(missing.parent) == str(missing.parent)
         ):
             placeholders.ensure(missing, kind if missing == path else "dir")
             found.append(missing)
+    fs["allowWrite"] = [*fs.get("allowWrite", []), *(str(p) for p in pins)]
     return [*found, *standins]
+
+
+def _read_denied(folder: Path, deny_read: Sequence[str]) -> bool:
+    """Whether the policy's `denyRead` hides `folder` (or something named like it), or it is a
+    hidden folder (whose name a `denyRead` glob such as `**/.env` may match)."""
+    if folder.name.startswith("."):
+        return True
+    for entry in deny_read:
+        path = os.path.abspath(os.path.expanduser(entry))
+        if not _globby(entry):
+            if reads.within(folder, [path]):
+                return True
+        elif fnmatch.fnmatchcase(str(folder), path) or fnmatch.fnmatchcase(folder.name, Path(path).name):
+            return True
+    return False
 
 
 def _globby(path: str) -> bool:
@@ -436,6 +505,8 @@ def _globby(path: str) -> bool:
 
 def _first_missing(path: Path) -> Path | None:
     """The first component of `path` that does not exist (None if it all exists)."""
+    if os.path.isdir(path.parent):  # the common case: only the name itself is missing
+        return None if os.path.lexists(path) else path
     for candidate in [*reversed(path.parents), path]:
         if not os.path.lexists(candidate):
             return candidate

@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import stat
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -35,8 +36,10 @@ class Placeholders:
         self._held: dict[Path, tuple[int, Path]] = {}  # path -> its locked lock file and its name
 
     def ensure(self, path: Path, kind: str) -> None:
-        """Make sure `path` exists while this executor runs: create it empty ("dir" or
-        "file") if missing and keep it from being removed by other executors meanwhile."""
+        """Make sure `path` exists while this executor runs: create it if missing (an empty
+        "dir" or "file", or an "mcp" file naming no MCP servers) and keep it from being
+        removed by other executors meanwhile. A file stand-in in a git work tree is added to
+        the repository's `info/exclude` meanwhile, so `git status` does not list it."""
         path = path.absolute()
         if path in self._held:
             return
@@ -49,18 +52,24 @@ class Placeholders:
             if kind == "dir":
                 path.mkdir(mode=0o755)
             else:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+                made = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                try:
+                    os.write(made, _CONTENT[kind])
+                finally:
+                    os.close(made)
         except FileExistsError:
             return  # another executor was quicker; it recorded it
         except OSError as e:
             logger.warning("cannot create placeholder %s: %s", path, e)
             return
-        os.pwrite(fd, f"{kind}\n{path}\n".encode(), 0)
+        exclude = _exclude(path) if kind != "dir" else None
+        os.pwrite(fd, "".join(f"{item}\n" for item in [kind, path, *(exclude or ())]).encode(), 0)
 
     def release(self) -> None:
         """Give up this executor's hold; remove each placeholder no other executor holds."""
         held, self._held = self._held, {}
-        for path, (fd, lock) in held.items():
+        # deepest first: a stand-in inside another one goes before it
+        for path, (fd, lock) in sorted(held.items(), key=lambda item: -len(item[0].parts)):
             try:
                 _remove_if_last(path, fd, lock)
             finally:
@@ -71,15 +80,20 @@ class Placeholders:
 
 def sweep(lock_dir: Path) -> None:
     """Remove placeholders recorded in `lock_dir` whose executors are all gone (killed)."""
+    records: list[tuple[Path | None, Path]] = []
     with contextlib.suppress(OSError):
         for lock in lock_dir.iterdir():
             with contextlib.suppress(OSError):
-                fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
-                try:
-                    record = os.pread(fd, 4096, 0).decode(errors="replace").splitlines()
-                    _remove_if_last(Path(record[1]) if len(record) == 2 else None, fd, lock)
-                finally:
-                    os.close(fd)
+                record = lock.read_text(errors="replace").splitlines()
+                records.append((Path(record[1]) if len(record) >= 2 else None, lock))
+    # deepest first: a stand-in inside another one goes before it
+    for path, lock in sorted(records, key=lambda r: -len(r[0].parts) if r[0] else 0):
+        with contextlib.suppress(OSError):
+            fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+            try:
+                _remove_if_last(path, fd, lock)
+            finally:
+                os.close(fd)
 
 
 def _lock_shared(lock: Path, lock_dir: Path) -> int:
@@ -101,25 +115,90 @@ def _lock_shared(lock: Path, lock_dir: Path) -> int:
 
 def _remove_if_last(path: Path | None, fd: int, lock: Path) -> None:
     """With the exclusive lock on `fd` (else another executor still relies on it), remove the
-    placeholder it records, if still empty, and the lock file."""
+    placeholder it records, if still as made, its `info/exclude` line, and the lock file."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return
     record = os.pread(fd, 4096, 0).decode(errors="replace").splitlines()
-    if path is not None and record[:1] in (["dir"], ["file"]) and record[1:2] == [str(path)]:
-        _remove_empty(path, record[0])
+    if path is not None and record[:1] in (["dir"], *([k] for k in _CONTENT)) and record[1:2] == [str(path)]:
+        _remove_unchanged(path, record[0])
+        if len(record) == 4:  # also if the file stays (someone wrote it): git should see it then
+            _unexclude(Path(record[2]), record[3])
     with contextlib.suppress(FileNotFoundError):
         os.unlink(lock)
 
 
-def _remove_empty(path: Path, kind: str) -> None:
+#: What a file stand-in holds, by kind: `.mcp.json` names no servers (an empty one is reported
+#: by Claude Code as invalid JSON).
+_CONTENT = {"file": b"", "mcp": b'{"mcpServers": {}}\n'}
+
+
+def _remove_unchanged(path: Path, kind: str) -> None:
+    """Remove the stand-in `path` if it is still as made (else it is no longer ours)."""
     try:
         info = path.lstat()
     except FileNotFoundError:
         return
     with contextlib.suppress(OSError):
-        if kind == "dir" and path.is_dir() and not path.is_symlink():
-            path.rmdir()  # fails if anything was put inside: then it is no longer ours
-        elif kind == "file" and path.is_file() and not path.is_symlink() and info.st_size == 0:
-            path.unlink()
+        if kind == "dir" and stat.S_ISDIR(info.st_mode):
+            path.rmdir()  # fails if anything was put inside
+        elif kind in _CONTENT and stat.S_ISREG(info.st_mode) and info.st_size == len(_CONTENT[kind]):
+            if path.read_bytes() == _CONTENT[kind]:
+                path.unlink()
+
+
+def _work_tree(folder: Path) -> tuple[Path, Path] | None:
+    """The top of the git work tree holding `folder` and its repository's common directory,
+    found as git does (the nearest `.git` directory with a `HEAD`, or `.git` file), or None."""
+    for top in [folder, *folder.parents]:
+        dot_git = top / ".git"
+        if dot_git.is_file():
+            text = dot_git.read_text(errors="replace").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            git_dir = (top / text.removeprefix("gitdir:").strip()).resolve()
+        elif (dot_git / "HEAD").is_file():
+            git_dir = dot_git
+        else:
+            continue
+        common = git_dir / "commondir"
+        if common.is_file():
+            git_dir = (git_dir / common.read_text().strip()).resolve()
+        return top, git_dir
+    return None
+
+
+def _exclude(path: Path) -> tuple[str, str] | None:
+    """Add `path` to its repository's `info/exclude`: the file and the line added, or None if
+    none was (not in a work tree, no `info/`, or the line is there already)."""
+    try:
+        found = _work_tree(path.parent)
+        if found is None or not (found[1] / "info").is_dir():
+            return None
+        exclude = found[1] / "info" / "exclude"
+        line = "/" + path.relative_to(found[0]).as_posix()
+        with open(exclude, "a+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            text = f.read()
+            if line in text.splitlines():
+                return None
+            f.write(("" if text.endswith("\n") or not text else "\n") + line + "\n")
+        return str(exclude), line
+    except (OSError, ValueError) as e:
+        logger.warning("cannot hide placeholder %s from git: %s", path, e)
+        return None
+
+
+def _unexclude(exclude: Path, line: str) -> None:
+    """Take the `line` that `_exclude()` added out of `exclude` again."""
+    with contextlib.suppress(OSError), open(exclude, "r+", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        lines = f.read().splitlines(keepends=True)
+        ours = [i for i, text in enumerate(lines) if text.rstrip("\n") == line]
+        if ours:
+            del lines[ours[-1]]
+            f.seek(0)
+            f.truncate()
+            f.write("".join(lines))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.machinery
+import logging
 import os
 import site
 import stat
@@ -21,13 +22,15 @@ from pathlib import Path
 
 from ipybox.gentools.create import template_dir
 
+logger = logging.getLogger(__name__)
+
 #: System directories the kernel and the programs it starts need: binaries, libraries and
 #: configuration. What in them is not readable by every user (`/etc/shadow`, host keys, TLS
 #: private keys) stays hidden, also from a kernel run as root: see `hidden_system()`.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
-#: Credential stores and control sockets hidden even when a policy's `allowRead` opens the
-#: directory that holds them (an `allowRead` entry at or below one of them opens it again).
+#: Credential stores and control sockets hidden even when a policy's `allowRead` or
+#: `allowWrite` opens them or the directory that holds them.
 CREDENTIALS = (
     "~/.ssh",
     "~/.aws",
@@ -191,3 +194,70 @@ def hidden_system() -> tuple[str, ...]:
             elif stat.S_ISDIR(mode):
                 pending.append(Path(entry.path))
     return tuple(sorted(found))
+
+
+#: At most this many directories below one `allowRead` entry are searched for hidden entries;
+#: the rest stay hidden whole.
+MAX_READ_DIRS = 5000
+
+#: Directories searched without looking inside: dependency trees and caches.
+_NOT_SEARCHED = frozenset(("node_modules", "__pycache__"))
+
+
+def hidden_below(folder: Path, keep: Iterable[Path], limit: int = MAX_READ_DIRS) -> list[str]:
+    """What an `allowRead` of `folder` must not open: its hidden entries (dotfiles and
+    dot-directories) at any depth, which hold credentials, tokens and shell history that no
+    fixed list names (`.pgpass`, `.docker/`, `.bash_history`, ...). Entries at or in a `keep`
+    path (one the policy names, the workspace, the Python environment) are left to their own
+    rules and not searched; if the search reaches `limit` directories, the unsearched rest is
+    hidden whole (logged)."""
+    keep = [Path(p) for p in keep]
+    found: list[str] = []
+    pending = [folder]
+    searched = 0
+    while pending:
+        current = pending.pop(0)
+        if searched >= limit:
+            found += [str(current), *map(str, pending)]
+            logger.warning(
+                "allowRead %s: more than %d directories to search for hidden files; %d folders in it "
+                "stay hidden; name the folders the kernel needs in allowRead",
+                folder,
+                limit,
+                len(pending) + 1,
+            )
+            break
+        searched += 1
+        try:
+            entries = sorted(os.scandir(current), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            if within(path, keep):
+                continue  # named by the policy or needed by the kernel: its own rules apply
+            if entry.name.startswith("."):
+                found.append(entry.path)  # a path inside it that `keep` names is opened again
+            elif entry.name not in _NOT_SEARCHED and entry.is_dir(follow_symlinks=False):
+                pending.append(path)
+    return found
+
+
+def within(path: Path | str, roots: Iterable[Path | str]) -> bool:
+    """Whether the absolute `path` is one of the absolute `roots` or lies below one (by name;
+    fast enough for thousands of paths)."""
+    text = str(path)
+    return any(text == str(r) or text.startswith(str(r).rstrip("/") + "/") for r in roots)
+
+
+def outside_credentials(entries: Iterable[str]) -> list[str]:
+    """`entries` without those at or below a credential store (`CREDENTIALS`), which no policy
+    opens (logged)."""
+    stores = [os.path.abspath(os.path.expanduser(c)) for c in CREDENTIALS]
+    kept: list[str] = []
+    for entry in entries:
+        if within(os.path.abspath(os.path.expanduser(entry)), stores):
+            logger.warning("not opening %s: credential stores stay hidden from sandboxed kernels", entry)
+        else:
+            kept.append(entry)
+    return kept

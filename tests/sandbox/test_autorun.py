@@ -3,10 +3,13 @@ neither changed nor created by a sandboxed kernel, and the sandbox leaves no tra
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from servers.launch import NODE_BIN
 
 from ipybox import CodeExecutor
 from ipybox.sandbox.autorun import CREATION_BLOCKED
@@ -122,7 +125,7 @@ async def test_missing_auto_run_paths_cannot_be_created_and_leave_no_trace(
     over (srt's own mount points would vanish when the first kernel's sandbox ended), and the
     workspace holds afterwards exactly what the kernel wrote."""
     before = _tree(workspace)
-    inner = f"{name}/settings.json" if CREATION_BLOCKED[name] == "dir" else name
+    inner = f"{name}/settings.json"  # the stand-in is an empty directory
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=True) as executor:
         first = await probe(executor, TAMPER + f"print(_json.dumps(tamper({inner!r}) + tamper({name!r})))")
         await executor.reset()  # the first kernel's sandbox ends; the spare's runs on
@@ -177,15 +180,119 @@ async def test_git_and_common_workloads_work_in_a_repository(workspace: Path) ->
 
 
 async def test_missing_paths_a_policy_denies_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
-    """A policy's own `denyWrite` entries get the same placeholders, and leave no trace."""
+    """A policy's own `denyWrite` entries get the same placeholders, and leave no trace; the
+    folders its `denyRead` hides stay hidden (guarding a folder does not open it)."""
+    (workspace / "private" / "inner").mkdir(parents=True)
+    (workspace / "private" / "inner" / "key.txt").write_text("private-secret-7c4\n")
     config = write_config(
         tmp_path / "c.json",
-        sandbox_config(filesystem={"allowWrite": ["."], "denyWrite": ["docs/RELEASE.md"]}),
+        sandbox_config(
+            filesystem={"allowWrite": ["."], "denyWrite": ["docs/RELEASE.md"], "denyRead": ["private"]}
+        ),
     )
     async with CodeExecutor(
         sandbox=True, sandbox_config=config, working_dir=workspace, spare_kernel=True
     ) as executor:
         await executor.reset()
-        result = await probe(executor, TAMPER + "print(_json.dumps(tamper('docs/RELEASE.md')))")
+        result = await probe(
+            executor,
+            TAMPER
+            + "print(_json.dumps(tamper('docs/RELEASE.md') + "
+            + "[attempt(lambda: open('private/inner/key.txt').read())]))",
+        )
     assert not [o for o in result if o.startswith("ok")], result
     assert not (workspace / "docs").exists()
+
+
+async def test_python_environments_are_read_only_at_any_depth(workspace: Path, tmp_path: Path) -> None:
+    """Every Python environment in the workspace (a venv's `pyvenv.cfg`, a conda environment's
+    `conda-meta/`), at any depth: the kernel can add no `.pth` file or `sitecustomize.py` that
+    its interpreter would run on its next start on the host, replace none of its programs, and
+    move none away for one of its own; the rest of the workspace stays writable."""
+    venv = workspace / ".venv"
+    site = _venv(venv)
+    layout = {"tools/env": "pyvenv.cfg", "a/b/c/venv": "pyvenv.cfg", "envs/conda1": "conda-meta/history"}
+    for env, marker in layout.items():
+        (workspace / env / marker).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / env / marker).write_text("home = /usr/bin\n")
+        (workspace / env / "lib/python3/site-packages").mkdir(parents=True)
+    ran = tmp_path / "pth-ran"
+    payload = f"import pathlib; pathlib.Path({str(ran)!r}).touch()\n"
+    targets = {
+        "pth in .venv": f"{site.relative_to(workspace)}/evil.pth",
+        "sitecustomize in .venv": f"{site.relative_to(workspace)}/sitecustomize.py",
+        "pth at depth": "a/b/c/venv/lib/python3/site-packages/evil.pth",
+        "sitecustomize at depth": "tools/env/lib/python3/site-packages/sitecustomize.py",
+        "pth in conda": "envs/conda1/lib/python3/site-packages/evil.pth",
+        "pyvenv.cfg": "tools/env/pyvenv.cfg",
+        "interpreter": ".venv/bin/python",
+    }
+    write = f"lambda t=t: pathlib.Path(t).write_text({payload!r})"
+    code = (
+        f"out = {{k: attempt({write}) for k, t in {targets!r}.items()}}\n"
+        "out['env swapped'] = attempt(lambda: os.rename('tools/env', 'tools/env-old'))\n"
+        "out['.venv swapped'] = attempt(lambda: os.rename('.venv', 'venv-old'))\n"
+        "for t in ('src/mod.py', 'mcptools/x/__init__.py', 'data/out.csv', 'a/b/c/notes.md'):\n"
+        "    os.makedirs(os.path.dirname(t), exist_ok=True)\n"
+        "    out[t] = attempt(lambda: open(t, 'w').write('1'))\n"
+        "print(_json.dumps(out))"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        outcomes = await probe(executor, code)
+    for name in [*targets, "env swapped", ".venv swapped"]:
+        assert not outcomes[name].startswith("ok"), (name, outcomes[name])
+    assert [outcomes[t] for t in outcomes if "/" in t] == ["ok: 1"] * 4, outcomes  # ordinary work
+    _python(venv, "pass")  # the interpreter's next start on the host
+    assert not ran.exists()
+
+
+def _venv(path: Path) -> Path:
+    """Make a venv at `path` (without pip: fast); its site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return Path(_python(path, "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+
+
+def _python(venv: Path, code: str) -> str:
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+async def test_the_project_looks_untouched_from_the_host(workspace: Path, tmp_path: Path) -> None:
+    """While sandboxed kernels run (a kernel and its spare) and after, git on the host sees
+    nothing new in the project, `git add -A` stages nothing, and Claude Code, started there,
+    finds a valid (empty) project MCP configuration; afterwards the project is as before."""
+    for folder in ("src/pkg", "docs"):
+        (workspace / folder).mkdir(parents=True)
+        (workspace / folder / "keep.txt").write_text("tracked\n")
+    _git(workspace, "init", "-q")
+    _git(workspace, "add", "-A")
+    _git(workspace, "-c", "user.name=a", "-c", "user.email=a@example.org", "commit", "-q", "-m", "x")
+    before = _tree(workspace)
+    home = tmp_path / "home"
+    home.mkdir()
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=True) as executor:
+        await probe(executor, "print(1)")
+        assert (workspace / ".mcp.json").exists() and (workspace / "src" / ".git").is_dir()  # stand-ins
+        during = _git(workspace, "status", "--porcelain", "--untracked-files=all")
+        _git(workspace, "add", "-A")
+        staged = _git(workspace, "diff", "--cached", "--name-only")
+        claude = _claude_mcp_list(workspace, home)
+    assert during == "" and staged == "", (during, staged)
+    assert "No MCP servers configured" in claude and "✘" not in claude and "rror" not in claude, claude
+    assert _git(workspace, "status", "--porcelain", "--untracked-files=all") == ""
+    assert _tree(workspace) == before
+
+
+def _claude_mcp_list(project: Path, home: Path) -> str:
+    """What Claude Code's own MCP health check prints, run in `project` (offline, no login)."""
+    done = subprocess.run(
+        [str(NODE_BIN / "claude"), "mcp", "list"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(home)},
+    )
+    return done.stdout + done.stderr

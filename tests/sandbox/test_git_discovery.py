@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ipybox import CodeExecutor
+from ipybox.sandbox.autorun import bare_repositories_allowed
 
 from .conftest import probe
 
@@ -64,6 +65,12 @@ ATTACKS = [
 
 def _init(path: Path, *options: str) -> None:
     subprocess.run(["git", "init", "-q", *options, str(path)], check=True)
+
+
+def _commit_all(path: Path) -> None:
+    subprocess.run(["git", "-C", str(path), "add", "-A"], check=True)
+    commit = ["-c", "user.name=a", "-c", "user.email=a@example.org", "commit", "-q", "-m", "x"]
+    subprocess.run(["git", "-C", str(path), *commit], check=True)
 
 
 def _git_runs_plant(cwd: Path, marker: Path) -> tuple[bool, str]:
@@ -145,3 +152,70 @@ async def test_an_existing_bare_repository_is_protected(workspace: Path, tmp_pat
     assert not [o for o in outcomes if o.startswith("ok")], outcomes
     ran, git_dir = _git_runs_plant(workspace / "mirror.git", marker)
     assert not ran and git_dir == str(workspace / "mirror.git")
+
+
+#: Kernel code: `repo(d, worktree)` makes `d` a complete git directory whose fsmonitor touches
+#: MARKER (the files one by one, so each refused part shows in the outcome).
+REPO = """
+def repo(d, marker, worktree='.'):
+    out = []
+    for part in ('objects', 'refs/heads'):
+        out.append(attempt(lambda: os.makedirs(f'{d}/{part}', exist_ok=True)))
+    config = ('[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n'
+              f'\\tworktree = {worktree}\\n\\tfsmonitor = "touch {marker}; false"\\n')
+    out.append(attempt(lambda: pathlib.Path(d, 'config').write_text(config)))
+    out.append(attempt(lambda: pathlib.Path(d, 'HEAD').write_text('ref: refs/heads/main\\n')))
+    return out
+def swap(d):
+    os.rename(d, d + '-old')
+    os.makedirs(d)
+    return repo(d, MARKER)
+"""
+
+
+async def test_no_existing_folder_can_become_a_repository(workspace: Path, tmp_path: Path) -> None:
+    """In a git project, the kernel tries to make existing folders at every depth repositories
+    of its own: bare in a tracked folder and in a deep one, a `.git` directory in another, a
+    `.git` file naming a repository it made in a new folder, the missing parts of a folder that
+    already looks half like a git directory, and a folder moved away for one of its own. git on
+    the host, run in each of them during and after the session, keeps using the project's
+    repository and never runs the kernel's fsmonitor."""
+    for folder in ("src/pkg", "docs/a/b", "half/refs/heads"):
+        (workspace / folder).mkdir(parents=True)
+        (workspace / folder / "keep.txt").write_text("tracked\n")
+    (workspace / "half" / "HEAD").write_text("ref: refs/heads/main\n")  # user data that looks like git
+    _init(workspace)
+    _commit_all(workspace)
+    marker = tmp_path / "fsmonitor-ran"
+    attacks = {
+        "bare in a tracked folder": "repo('src', MARKER)",
+        "bare deep down": "repo('docs/a/b', MARKER)",
+        ".git directory": "repo('src/pkg/.git', MARKER, '..')",
+        ".git file to a new repository": "repo('new/deep/er', MARKER, '../../../docs/a') + "
+        "[attempt(lambda: pathlib.Path('docs/a/.git').write_text('gitdir: ../../new/deep/er\\n'))]",
+        "completing a half git directory": "repo('half', MARKER)",
+        "folder swapped": "[attempt(lambda: swap('docs'))]",
+    }
+    checked = ["", "src", "src/pkg", "docs", "docs/a", "docs/a/b", "half"]
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        outcomes = await probe(
+            executor,
+            REPO
+            + f"MARKER = {str(marker)!r}\n"
+            + f"print(_json.dumps({{k: eval(v) for k, v in {attacks!r}.items()}}))",
+        )
+        during = {cwd: _git_runs_plant(workspace / cwd, marker) for cwd in checked}
+    after = {cwd: _git_runs_plant(workspace / cwd, marker) for cwd in checked}
+    # what makes a folder a repository was refused every time (the rest is ordinary files)
+    if bare_repositories_allowed():  # else git ignores bare repositories it was not pointed to
+        assert outcomes["bare in a tracked folder"][-1].startswith("IsADirectoryError"), outcomes
+        assert outcomes["bare deep down"][-1].startswith("IsADirectoryError"), outcomes
+    assert not outcomes[".git directory"][0].startswith("ok"), outcomes
+    assert outcomes[".git file to a new repository"][-2] == "ok: 21", outcomes  # a new folder is the kernel's
+    assert not outcomes[".git file to a new repository"][-1].startswith("ok"), outcomes
+    objects, _, config, head = outcomes["completing a half git directory"]  # refs/heads was there
+    assert not [o for o in (objects, config, head) if o.startswith("ok")], outcomes
+    assert outcomes["folder swapped"][0].startswith("OSError"), outcomes  # busy: a mount point
+    for cwd, (ran, git_dir) in [*during.items(), *after.items()]:
+        assert not ran, f"git in {cwd or '.'} ran the kernel's fsmonitor"
+        assert git_dir == str(workspace / ".git"), (cwd, git_dir)

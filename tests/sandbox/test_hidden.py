@@ -270,3 +270,42 @@ async def test_private_system_files_are_hidden_also_from_root(workspace: Path) -
     assert result["private"] in ("ok: []",) or not result["private"].startswith("ok"), result["private"]
     assert result["passwd"].startswith("ok: 'root:"), result["passwd"]
     assert result["certs"] == "ok: True"
+
+
+#: Secrets in hidden files that no fixed list names (or that it names: `.aws`, `.docker`), at
+#: the top of the home and deeper down.
+HIDDEN = {
+    ".pgpass": "db:5432:*:me:pg-secret-31a",
+    ".docker/config.json": '{"auths": {"r": {"auth": "docker-secret-8b2"}}}',
+    ".bash_history": "export TOKEN=history-secret-c55",
+    ".aws/credentials": "aws_secret_access_key = aws-secret-0d9",
+    ".local/share/app/token": "local-secret-e47",
+    "projects/app/.secrets/key": "nested-secret-f12",
+    "projects/app/.pypirc": "password = nested-pypi-9a3",
+}
+
+
+async def test_allow_read_of_a_folder_keeps_its_hidden_entries_hidden(
+    home: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """`allowRead: ["~"]` opens the home's ordinary files but none of its dotfiles or
+    dot-directories, at any depth; one the policy names itself opens, except a credential store
+    (`~/.aws`), which stays hidden even when named."""
+    readable = {".config/tool/settings.ini": "named-f00", "projects/app/main.py": "x=1"}
+    for name, content in {**HIDDEN, **readable}.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(content + "\n")
+    named = [str(home / ".config" / "tool"), str(home / ".aws")]
+    config = write_config(tmp_path / "c.json", sandbox_config(filesystem={"allowRead": [str(home), *named]}))
+    targets = [str(home / name) for name in [*HIDDEN, *readable]]
+    async with CodeExecutor(
+        sandbox=True, sandbox_config=config, working_dir=workspace, spare_kernel=False
+    ) as executor:
+        result = await probe(
+            executor,
+            ROUTES + f"print(_json.dumps({{t: routes(t) for t in {targets!r}}}))",
+        )
+    for name, content in HIDDEN.items():
+        _assert_hidden(result[str(home / name)], content)
+    assert result[str(home / ".config/tool/settings.ini")][0] == "ok: 'named-f00\\n'"
+    assert result[str(home / "projects/app/main.py")][0] == "ok: 'x=1\\n'"
