@@ -12,7 +12,11 @@ node process, bubblewrap, the proxy bridges).
 
 Needs `srt` (node_modules/.bin is put on PATH), bubblewrap, socat and ripgrep.
 
-Usage: uv run python benchmarks/bench_sandbox.py [--n 200] [--starts 5]
+`--folders N` starts the kernels in a project of N folders (two levels, breadth first) instead
+of an empty directory: the sandbox guards the shallowest ones against becoming git repositories,
+which costs start time with the project's size (see docs/sandbox.md).
+
+Usage: uv run python benchmarks/bench_sandbox.py [--n 200] [--starts 5] [--folders 0]
 """
 
 from __future__ import annotations
@@ -60,13 +64,23 @@ async def execute_times(working_dir: Path, n: int, warmup: int) -> tuple[list[fl
     return sandboxed, plain
 
 
-async def measure(n: int = 200, starts: int = 5, warmup: int = 20) -> dict[str, float]:
+def _make_project(root: Path, folders: int) -> None:
+    """`folders` folders under `root`: up to 8 at the top, the rest spread below them."""
+    top = [root / f"pkg{i}" for i in range(min(folders, 8))]
+    for i in range(folders):
+        path = top[i] if i < len(top) else top[i % len(top)] / f"sub{i}"
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "module.py").write_text("x = 1\n")
+
+
+async def measure(n: int = 200, starts: int = 5, warmup: int = 20, folders: int = 0) -> dict[str, float]:
     """Medians in ms: start_sandbox/start_plain, execute_sandbox/execute_plain.
 
     Puts node_modules/.bin on PATH while it runs (for `srt`); check `sandbox_unavailable()` first.
     """
     with environ(PATH=node_bin_path()), tempfile.TemporaryDirectory(prefix="ipybox-bench-") as tmp:
         working_dir = Path(tmp)
+        _make_project(working_dir, folders)
         start_boxed: list[float] = []
         start_plain: list[float] = []
         for _ in range(starts):  # alternate, so neither side profits from a warmer machine
@@ -88,11 +102,12 @@ async def main() -> int:
     parser.add_argument("--n", type=int, default=200, help="executions of `1+1` per side (default 200)")
     parser.add_argument("--starts", type=int, default=5, help="starts per side (default 5)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed executions first (default 20)")
+    parser.add_argument("--folders", type=int, default=0, help="folders in the kernels' project (default 0)")
     args = parser.parse_args()
     if (reason := sandbox_unavailable()) is not None:
         print(f"cannot benchmark the sandbox: {reason}", file=sys.stderr)
         return 2
-    m = await measure(args.n, args.starts, args.warmup)
+    m = await measure(args.n, args.starts, args.warmup, args.folders)
 
     print(f"{'median':<24} {'sandbox':>9} {'plain':>9} {'ratio':>7} {'diff':>9} {'target':>12}  ok")
     boxed, plain = m["start_sandbox"], m["start_plain"]

@@ -178,7 +178,9 @@ def _exclude(path: Path) -> tuple[str, str] | None:
             return None
         exclude = found[1] / "info" / "exclude"
         line = "/" + path.relative_to(found[0]).as_posix()
-        with open(exclude, "a+", encoding="utf-8") as f:
+        # never through a link: the repository may have been written by an earlier kernel
+        fd = os.open(exclude, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "a+", encoding="utf-8") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             f.seek(0)
             text = f.read()
@@ -193,7 +195,11 @@ def _exclude(path: Path) -> tuple[str, str] | None:
 
 def _unexclude(exclude: Path, line: str) -> None:
     """Take the `line` that `_exclude()` added out of `exclude` again."""
-    with contextlib.suppress(OSError), open(exclude, "r+", encoding="utf-8") as f:
+    try:
+        fd = os.open(exclude, os.O_RDWR | os.O_NOFOLLOW)  # never through a link
+    except OSError:
+        return
+    with contextlib.suppress(OSError), os.fdopen(fd, "r+", encoding="utf-8") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         lines = f.read().splitlines(keepends=True)
         ours = [i for i, text in enumerate(lines) if text.rstrip("\n") == line]

@@ -34,3 +34,22 @@ def test_file_stand_ins_are_invisible_to_git_and_leave_nothing(tmp_path: Path) -
         assert not (project / "docs").exists()
         assert (project / ".mcp.json").exists() == written
     assert _git(project, "status", "--porcelain") == "?? .mcp.json\n"
+
+
+def test_info_exclude_is_never_written_through_a_link(tmp_path: Path) -> None:
+    """A repository an earlier (unsandboxed) kernel could write may hold `info/exclude` as a link
+    to another file of the user's: ipybox writes neither it nor the file it names."""
+    project = tmp_path / "project"
+    project.mkdir()
+    _git(project, "init", "-q")
+    exclude = project / ".git" / "info" / "exclude"
+    target = tmp_path / "bashrc"
+    target.write_text("echo hello\n")
+    exclude.unlink()
+    exclude.symlink_to(target)
+    held = Placeholders(tmp_path / "locks")
+    held.ensure(project / ".mcp.json", "mcp")
+    assert target.read_text() == "echo hello\n"  # while the stand-in exists
+    held.release()
+    assert target.read_text() == "echo hello\n"
+    assert exclude.is_symlink()
