@@ -100,8 +100,9 @@ def create_server(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
-        if token_verifier is None:  # one principal: its kernel can start now
-            kernels.prewarm(LOCAL)
+        # No kernel starts before the first tool call: a client that only connects (`claude mcp
+        # list`, a session that never uses ipybox) costs no kernel and leaves nothing in the
+        # workspace, and the handshake does not share the CPU with kernel starts.
         _close_on_signals(kernels, parked)
         try:
             yield

@@ -97,6 +97,7 @@ class Tools:
         "${VAR}" (from .env)."""
         who = principal()
         root = self.home.workspace(who)
+        self.kernels.prewarm(who)  # code that uses the API comes next: its kernel starts meanwhile
         try:
             modules = await generate_mcp_sources(
                 server_name, server_params, root / "mcptools", workspace=root, allow_env=self.allow_env

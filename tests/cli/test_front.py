@@ -1,0 +1,100 @@
+"""The stdio front of the plugins (ipybox/cli/front.py): it answers the handshake from recorded
+answers while ipybox starts, forwards everything else, and reports a server that died."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from servers.launch import SANDBOX_PATH, require_sandbox
+
+from ipybox.cli import front
+
+IPYBOX = Path(sys.executable).parent / "ipybox"
+FRONT = [sys.executable, "-m", "ipybox.cli.front", "--"]
+TOOLS = {"register_mcp_server", "execute_ipython_cell", "install_package", "reset"}
+LATEST = front.VERSIONS[-1]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("options", [[], ["--sandbox"]], ids=["default", "sandbox"])
+def test_recorded_answers_are_what_the_server_answers(
+    options: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answers the front gives in the server's place are the live server's, for the options
+    the plugins start it with."""
+    if options:
+        require_sandbox()
+        monkeypatch.setenv("PATH", SANDBOX_PATH)
+    live = front.record([str(IPYBOX), "--workspace", str(tmp_path), *options], versions=(LATEST,))
+    recorded = json.loads(front.ANSWERS.read_text())
+    assert live[LATEST] == recorded[LATEST], (
+        "ipybox/cli/front_answers.json is stale: run "
+        "`uv run python -m ipybox.cli.front --record -- ipybox --workspace /tmp` and commit it"
+    )
+    assert set(recorded) == set(front.VERSIONS)
+    for version, answers in recorded.items():
+        assert answers["initialize"]["protocolVersion"] == version
+
+
+async def test_handshake_is_answered_while_the_server_says_nothing(tmp_path: Path) -> None:
+    """A server that reads its input and never answers: a real client still initializes and
+    lists ipybox's tools, and ends the session cleanly."""
+    silent = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    params = StdioServerParameters(command=FRONT[0], args=[*FRONT[1:], *silent], cwd=str(tmp_path))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            assert init.server_info.name == "ipybox"
+            assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+            await session.send_ping()
+
+
+async def test_a_session_through_the_front_reaches_the_kernel(tmp_path: Path) -> None:
+    params = StdioServerParameters(
+        command=FRONT[0],
+        args=[*FRONT[1:], str(IPYBOX), "--workspace", str(tmp_path), "--approval", "auto"],
+        cwd=str(tmp_path),
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool("execute_ipython_cell", {"code": "print(6 * 7)"})
+            assert not result.is_error and "42" in str(result.content), result
+            assert {t.name for t in (await session.list_tools()).tools} == TOOLS  # now the server's
+
+
+def _send(process: subprocess.Popen[str], message: dict[str, Any]) -> dict[str, Any]:
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+    process.stdin.flush()
+    reply: dict[str, Any] = json.loads(process.stdout.readline())
+    return reply
+
+
+def test_a_server_that_fails_to_start_says_why_in_each_answer(tmp_path: Path) -> None:
+    """ipybox refuses its options and exits: the client, already initialized by the front, gets
+    ipybox's one-line reason as the error of each later request; the front exits as ipybox did."""
+    bad = [str(IPYBOX), "--workspace", str(tmp_path), "--sandbox-config", str(tmp_path / "none.json")]
+    with subprocess.Popen(
+        [*FRONT, *bad], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        init = {"protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+        assert "serverInfo" in _send(process, {"id": 1, "method": "initialize", "params": init})["result"]
+        for request_id in (2, 3):  # forwarded before ipybox exited, or after: the same answer
+            call = {"name": "execute_ipython_cell", "arguments": {"code": "1"}}
+            reply = _send(process, {"id": request_id, "method": "tools/call", "params": call})
+            assert reply["id"] == request_id
+            assert "--sandbox-config applies only with --sandbox" in reply["error"]["message"], reply
+        assert process.stdin is not None
+        process.stdin.close()
+        assert process.wait(timeout=60) == 1
+        assert process.stderr is not None
+        assert "--sandbox-config applies only with --sandbox" in process.stderr.read()
