@@ -1,6 +1,8 @@
 """A stdio front for ipybox's MCP server that answers the handshake at once.
 
-    python -m ipybox.cli.front -- ipybox --workspace . [options]
+    python path/to/ipybox/cli/front.py -- ipybox --workspace . [options]
+
+(run by path, it imports only the standard library: not even the `ipybox` package.)
 
 A client such as Claude Code gives a stdio server 30 s to answer `initialize`, and starts all
 its servers at once. ipybox's own start (importing `mcp`, pydantic models, jupyter_client) takes
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        sys.stderr.write("usage: python -m ipybox.cli.front [--record] -- COMMAND [ARG...]\n")
+        sys.stderr.write("usage: python front.py [--record] -- COMMAND [ARG...]\n")
         return 2
     if recording:
         ANSWERS.write_text(json.dumps(record(command), indent=1, sort_keys=True) + "\n")

@@ -104,9 +104,11 @@ def create_server(
         # list`, a session that never uses ipybox) costs no kernel and leaves nothing in the
         # workspace, and the handshake does not share the CPU with kernel starts.
         _close_on_signals(kernels, parked)
+        looking = asyncio.create_task(asyncio.to_thread(tools.siblings.check))  # logs what it finds
         try:
             yield
         finally:
+            looking.cancel()
             await parked.close()
             await kernels.close()
 

@@ -17,7 +17,7 @@ from servers.launch import SANDBOX_PATH, require_sandbox
 from ipybox.cli import front
 
 IPYBOX = Path(sys.executable).parent / "ipybox"
-FRONT = [sys.executable, "-m", "ipybox.cli.front", "--"]
+FRONT = [sys.executable, front.__file__, "--"]  # by path, as the plugins run it
 TOOLS = {"register_mcp_server", "execute_ipython_cell", "install_package", "reset"}
 LATEST = front.VERSIONS[-1]
 
@@ -37,7 +37,7 @@ def test_recorded_answers_are_what_the_server_answers(
     recorded = json.loads(front.ANSWERS.read_text())
     assert live[LATEST] == recorded[LATEST], (
         "ipybox/cli/front_answers.json is stale: run "
-        "`uv run python -m ipybox.cli.front --record -- ipybox --workspace /tmp` and commit it"
+        "`uv run python ipybox/cli/front.py --record -- ipybox --workspace /tmp` and commit it"
     )
     assert set(recorded) == set(front.VERSIONS)
     for version, answers in recorded.items():
