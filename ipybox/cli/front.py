@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -158,8 +159,14 @@ def serve(command: list[str]) -> int:
     answers = json.loads(ANSWERS.read_text())
     server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     front = _Front(server, answers)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # the server stops its kernels
-        signal.signal(signum, lambda signum, _: server.send_signal(signum))
+
+    def on_signal(signum: int, _: object) -> None:
+        server.send_signal(signum)  # the server stops its kernels, then exits
+        if not front.ready:  # it has none before it answered initialize: no need to wait for it
+            os._exit(128 + signum)  # not sys.exit: the reader threads hold the std streams' locks
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     client = threading.Thread(target=front.from_client, args=(sys.stdin.buffer,), daemon=True)
     client.start()
     errors = threading.Thread(target=front.from_server_stderr, daemon=True)

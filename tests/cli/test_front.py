@@ -4,11 +4,13 @@ answers while ipybox starts, forwards everything else, and reports a server that
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -98,3 +100,20 @@ def test_a_server_that_fails_to_start_says_why_in_each_answer(tmp_path: Path) ->
         assert process.wait(timeout=60) == 1
         assert process.stderr is not None
         assert "--sandbox-config applies only with --sandbox" in process.stderr.read()
+
+
+def test_a_signal_before_the_server_is_up_ends_both_at_once(tmp_path: Path) -> None:
+    """Claude Code stops a server with SIGINT, then SIGTERM, then SIGKILL a few hundred ms apart.
+    Before ipybox has answered initialize it runs no kernel, so the front does not wait for it:
+    it passes the signal on and exits."""
+    silent = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    with subprocess.Popen(
+        [*FRONT, *silent], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as process:
+        init = {"protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+        assert "result" in _send(process, {"id": 1, "method": "initialize", "params": init})
+        (server,) = psutil.Process(process.pid).children()
+        process.send_signal(signal.SIGINT)  # stdin stays open: only the signal can end them
+        assert process.wait(timeout=30) == 128 + signal.SIGINT
+        server.wait(timeout=30)  # psutil.TimeoutExpired if the server had not got the signal
+        assert not server.is_running()
