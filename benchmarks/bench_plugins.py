@@ -1,7 +1,7 @@
 """Cold and warm start of the codeact plugins, measured with the real Claude Code CLI, beside a
 bare `mcp` server plugin started the same way.
 
-    uv run python benchmarks/bench_plugins.py [--n 5] [--cold-uv-cache]
+    uv run python benchmarks/bench_plugins.py [--n 5] [--cold-uv-cache] [--checkout DIR]
 
 In a fresh HOME, Claude Code adds this repository as a marketplace and installs codeact-default
 and codeact-sandbox (when a sandbox can run here). In a second fresh HOME, it adds a throwaway
@@ -146,6 +146,9 @@ def main() -> int:
     )
     parser.add_argument("--n", type=int, default=5, help="warm runs of `claude mcp list` (default 5)")
     parser.add_argument("--cold-uv-cache", action="store_true", help="first start from an empty uv cache")
+    parser.add_argument(
+        "--checkout", type=Path, default=REPO, help="the marketplace to measure, e.g. an older commit's tree"
+    )
     args = parser.parse_args()
     if not CLAUDE.exists():
         print("the Claude Code CLI is not installed: npm ci", file=sys.stderr)
@@ -158,10 +161,10 @@ def main() -> int:
         project = root / "project"
         project.mkdir()
         uv_cache = root / "uv-cache" if args.cold_uv_cache else None
-        ours = installed(root / "home-ours", project, uv_cache, str(REPO), [f"{p}@ipybox" for p in plugins])
-        bare = installed(
-            root / "home-bare", project, uv_cache, str(bare_marketplace(root)), ["bare-mcp@bench"]
+        ours = installed(
+            root / "ours", project, uv_cache, str(args.checkout), [f"{p}@ipybox" for p in plugins]
         )
+        bare = installed(root / "bare", project, uv_cache, str(bare_marketplace(root)), ["bare-mcp@bench"])
         servers = [f"plugin:{p}:ipybox" for p in plugins]
         baseline = ["plugin:bare-mcp:bare"]
         load = os.getloadavg()[0]
@@ -177,13 +180,10 @@ def main() -> int:
     for server in [*servers, "total"]:
         label = "whole `claude mcp list`" if server == "total" else server.removeprefix("plugin:")
         print(f"{label:<40}{_cell(cold[server])}{_cell(statistics.median(w[server] for w in warm))}")
-    for key, label in (
-        (baseline[0], "bare: " + baseline[0].removeprefix("plugin:")),
-        ("total", "bare: whole"),
-    ):
-        print(
-            f"{label:<40}{_cell(cold['bare'][key])}{_cell(statistics.median(w['bare'][key] for w in warm))}"
-        )
+    for key in (baseline[0], "total"):
+        label = "bare: " + ("whole `claude mcp list`" if key == "total" else key.removeprefix("plugin:"))
+        middle = statistics.median(w["bare"][key] for w in warm)
+        print(f"{label:<40}{_cell(cold['bare'][key])}{_cell(middle)}")
     print(f"warm: median of {args.n}; failed: Claude Code gave up on the server (it waits 30 s)")
     print("bare: a bare `mcp` server as a plugin started the same way (uv run), alone in its HOME")
     print(f"left in the project: {left or 'nothing'}")
