@@ -30,6 +30,13 @@ __all__ = ["CodeExecutionChunk", "CodeExecutionError", "CodeExecutionResult", "C
 
 logger = logging.getLogger(__name__)
 
+#: What a path argument may be: `Path`, `str` or any other `os.PathLike`.
+StrPath = str | os.PathLike[str]
+
+
+def _path(value: StrPath | None) -> Path | None:
+    return None if value is None else Path(value)
+
 
 class CodeExecutor(Service):
     """Executes Python code in a stateful IPython kernel whose MCP tool calls need approval.
@@ -67,11 +74,11 @@ class CodeExecutor(Service):
         kernel_gateway_host: str = "localhost",
         kernel_gateway_port: int | None = None,
         kernel_env: dict[str, str] | None = None,
-        images_dir: Path | None = None,
+        images_dir: StrPath | None = None,
         approval_timeout: float | None = 60,
         connect_timeout: float = 30,
         sandbox: bool = False,
-        sandbox_config: Path | None = None,
+        sandbox_config: StrPath | None = None,
         log_level: str | None = None,
         *,
         approve_tool_calls: bool = True,
@@ -79,8 +86,8 @@ class CodeExecutor(Service):
         require_shell_escape: bool = False,
         kernel_init_timeout: float = 30,
         spare_kernel: bool = True,
-        working_dir: Path | None = None,
-        audit_log: Path | None = None,
+        working_dir: StrPath | None = None,
+        audit_log: StrPath | None = None,
         limits: ResourceLimits | None = None,
         tool_timeout: float | None = None,
         allow_env: Iterable[str] | None = None,
@@ -91,6 +98,9 @@ class CodeExecutor(Service):
         kernel_tool_server_host: str | None = None,
         backend: KernelBackend | None = None,
     ) -> None:
+        working_dir, images_dir, sandbox_config, audit_log = map(
+            _path, (working_dir, images_dir, sandbox_config, audit_log)
+        )
         self.limits = limits or ResourceLimits()
         self.backend = backend or backend_for(
             gateway_url=kernel_gateway_url,

@@ -186,6 +186,34 @@ async def test_default_images_dir_is_working_dir_images(
     assert result.images[0].exists()
 
 
+class _PathLike:
+    """An os.PathLike that is no Path (as libraries such as py.path or fsspec hand out)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+async def test_paths_may_be_strings_or_pathlike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`CodeExecutor(working_dir="some/dir")` as users write it: str (relative to the current
+    directory) or any os.PathLike, wherever a path is taken."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "some" / "dir").mkdir(parents=True)
+    async with CodeExecutor(
+        working_dir="some/dir",
+        images_dir="plots",
+        audit_log=_PathLike(tmp_path / "audit.jsonl"),
+        spare_kernel=False,
+    ) as executor:
+        show = f"from IPython.display import Image, display\ndisplay(Image({_png()!r}))"
+        result = await executor.execute(f"import os\nprint(os.getcwd())\n{show}")
+    assert result.text == str((tmp_path / "some" / "dir").resolve())
+    assert result.images[0].resolve().parent == (tmp_path / "plots").resolve()
+    assert executor.audit_log == tmp_path / "audit.jsonl"
+
+
 async def test_displayed_image_bytes_are_saved_unchanged(executor: CodeExecutor, tmp_path: Path) -> None:
     png = _png(5, 4)
     code = f"from IPython.display import Image, display\nprint('an image:')\ndisplay(Image({png!r}))"
