@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,9 +95,13 @@ def _workspace(args: argparse.Namespace) -> Path:
     workspace: Path = args.workspace.expanduser().resolve()
     try:
         workspace.mkdir(parents=True, exist_ok=True)
+        _check_writable(workspace)
     except OSError as e:
         reason = "it is not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
-        raise ValueError(f"cannot use {workspace} as the workspace: {reason}") from None
+        raise ValueError(
+            f"cannot use {workspace} as the workspace: {reason}. ipybox writes there (mcptools/, the "
+            "kernel's files): pass --workspace with a directory you can write"
+        ) from None
     if args.sandbox_config is not None:
         if not args.sandbox:
             raise ValueError("--sandbox-config applies only with --sandbox: add --sandbox, or drop it")
@@ -106,6 +111,14 @@ def _workspace(args: argparse.Namespace) -> Path:
     if args.max_kernels < 1:
         raise ValueError(f"--max-kernels must be at least 1, got {args.max_kernels}")
     return workspace
+
+
+def _check_writable(workspace: Path) -> None:
+    """OSError unless this user can create files in `workspace` (tried: permissions, read-only
+    mounts and ACLs all count); the file is removed at once."""
+    fd, probe = tempfile.mkstemp(prefix=".ipybox-write-check-", dir=workspace)
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _executor_options(args: argparse.Namespace, limits: ResourceLimits) -> ExecutorOptions:

@@ -84,6 +84,24 @@ def test_invalid_sandbox_config_names_the_file(tmp_path: Path) -> None:
     assert result.stdout == "" and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("kind", ["read-only directory", "kernel filesystem"])
+def test_workspace_this_user_cannot_write_is_refused(kind: str, tmp_path: Path) -> None:
+    """Else ipybox would start and only its tools would fail, with "Error executing tool"."""
+    if kind == "read-only directory":
+        if os.geteuid() == 0:
+            pytest.skip("root writes a read-only directory")
+        workspace = tmp_path / "ws"
+        workspace.mkdir(mode=0o555)
+    else:
+        workspace = Path("/sys")  # no user may create files there, root included
+    result = ipybox("--workspace", str(workspace), cwd=tmp_path)
+
+    assert result.returncode != 0
+    assert f"cannot use {workspace} as the workspace" in result.stderr
+    assert "a directory you can write" in result.stderr and "Traceback" not in result.stderr
+    assert not [p.name for p in workspace.iterdir() if p.name.startswith(".ipybox")]
+
+
 def test_workspace_that_is_a_file_is_refused(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file.txt"
     not_a_dir.write_text("x")
