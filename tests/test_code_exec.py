@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import struct
 import zlib
@@ -11,7 +12,7 @@ from pathlib import Path
 import internals
 import pytest
 from internals import busy, kernel_pid, kernels
-from servers.launch import child_pids, eventually, pid_alive
+from servers.launch import SANDBOX_PATH, child_pids, eventually, pid_alive, require_sandbox
 
 from ipybox import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
 
@@ -222,6 +223,44 @@ async def test_displayed_image_bytes_are_saved_unchanged(executor: CodeExecutor,
     assert len(result.images) == 1
     assert result.images[0].parent == tmp_path.resolve() / "images"
     assert result.images[0].read_bytes() == png
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+HOST_PROXY = "http://proxy.corp.invalid:3128"
+NETWORK_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "HTTPS_PROXY", "https_proxy", "NO_PROXY")
+
+
+@pytest.mark.parametrize("sandbox", [False, True], ids=["local", "sandboxed"])
+async def test_kernel_trusts_the_hosts_certificates_and_uses_its_proxy_unless_sandboxed(
+    sandbox: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a TLS-intercepting proxy `!pip install` needs the proxy and its CA bundle, as
+    install_package has them; a sandboxed kernel keeps the sandbox's own proxy (srt's)."""
+    if sandbox:
+        require_sandbox()
+        monkeypatch.setenv("PATH", SANDBOX_PATH)
+    bundle = "/etc/ssl/certs/ca-certificates.crt"
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
+        monkeypatch.setenv(name, bundle)
+    for name in ("HTTPS_PROXY", "https_proxy"):
+        monkeypatch.setenv(name, HOST_PROXY)
+    monkeypatch.setenv("NO_PROXY", "localhost")
+    monkeypatch.setenv("IPYBOX_TEST_OTHER", "not for the kernel")
+    async with CodeExecutor(sandbox=sandbox, working_dir=tmp_path, spare_kernel=False) as executor:
+        names = (*NETWORK_ENV, "IPYBOX_TEST_OTHER")
+        code = f"import json, os\nprint(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))"
+        seen = json.loads((await executor.execute(code)).text or "")
+    assert seen["IPYBOX_TEST_OTHER"] is None
+    assert [seen[name] for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")] == [bundle] * 3
+    if sandbox:
+        assert HOST_PROXY not in (seen["HTTPS_PROXY"], seen["https_proxy"]), seen
+    else:
+        assert (seen["HTTPS_PROXY"], seen["https_proxy"], seen["NO_PROXY"]) == (
+            HOST_PROXY,
+            HOST_PROXY,
+            "localhost",
+        )
 
 
 # --- errors --------------------------------------------------------------------------------------

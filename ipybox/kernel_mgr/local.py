@@ -64,7 +64,8 @@ class LocalBackend:
         directory (neither the running kernel's nor its spare's)."""
         settings, runtime_dir = self._settings, self.runtime_dir
         assert settings is not None and runtime_dir is not None, "prepare() first"
-        env = kernel_environment(settings.kernel_env()) | {ENDPOINT_VAR: str(endpoint.path)}
+        env = kernel_environment(settings.kernel_env(), proxies=not self.sandbox)  # srt sets its own
+        env[ENDPOINT_VAR] = str(endpoint.path)
         if settings.restore_working_dir:
             env[WORKING_DIR_VAR] = str(settings.working_dir)
         cwd, limits = settings.working_dir, self.limits
