@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import Callable
@@ -84,10 +85,45 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         max_kernels=args.max_kernels,
         shared_workspace=args.shared_workspace,
     )
+    if args.transport == "streamable-http":
+        _check_listen(args.host, args.port)  # before the server: a port in use is one clear line
     server = create_server(options, token_verifier=verifier, auth=auth)
     if args.transport == "stdio":
+        if sys.stdin.isatty():  # started by hand: say what it waits for, as no client will
+            _say(
+                f"MCP server on stdio for the workspace {workspace}: MCP clients start this command "
+                "and speak JSON-RPC on its stdin; Ctrl-C stops it"
+            )
         return server, lambda s: s.run("stdio")
-    return server, lambda s: s.run("streamable-http", host=args.host, port=args.port)
+
+    def run_http(s: Any) -> None:
+        _say(f"serving MCP at {_url(args.host, args.port)} for the workspace {workspace}; Ctrl-C stops it")
+        s.run("streamable-http", host=args.host, port=args.port)
+
+    return server, run_http
+
+
+def _say(line: str) -> None:
+    """One line for the person who started ipybox, on stderr (stdout may be the protocol)."""
+    sys.stderr.write(f"ipybox: {line}\n")
+    sys.stderr.flush()
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Refuse to start where the HTTP server could not listen (the port taken, the host unknown)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.create_server((host, port), family=family):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"cannot listen on {host}:{port}: {e.strerror or e}; choose another --port (or --host), "
+            "or stop the program that uses it"
+        ) from None
 
 
 def _workspace(args: argparse.Namespace) -> Path:
@@ -168,8 +204,7 @@ def _authentication(args: argparse.Namespace) -> tuple[Any, Any]:
                 "or listen on 127.0.0.1"
             )
         return None, None
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    url = args.public_url or f"http://{host}:{args.port}/mcp"
+    url = args.public_url or _url(args.host, args.port)
     return verifier, auth_settings(url, args.jwt_issuer)
 
 
