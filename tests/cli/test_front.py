@@ -4,6 +4,7 @@ answers while ipybox starts, forwards everything else, and reports a server that
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from servers.launch import SANDBOX_PATH, require_sandbox
+from mcp.types import ElicitRequestParams, ElicitResult
+from servers.launch import REPO, SANDBOX_PATH, require_sandbox
 
 from ipybox.cli import front
 
@@ -22,6 +24,7 @@ IPYBOX = Path(sys.executable).parent / "ipybox"
 FRONT = [sys.executable, front.__file__, "--"]  # by path, as the plugins run it
 TOOLS = {"register_mcp_server", "execute_ipython_cell", "install_package", "reset"}
 LATEST = front.VERSIONS[-1]
+NOTES_SERVER = REPO / "tests" / "servers" / "notes_server.py"
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,18 +62,40 @@ async def test_handshake_is_answered_while_the_server_says_nothing(tmp_path: Pat
             await session.send_ping()
 
 
-async def test_a_session_through_the_front_reaches_the_kernel(tmp_path: Path) -> None:
+async def test_a_session_through_the_front_reaches_the_kernel_and_asks_the_user(tmp_path: Path) -> None:
+    """Everything else passes through both ways: tool calls, and ipybox's approval questions
+    (elicitation requests from the server) with the user's answers."""
+    notes, asked = tmp_path / "notes.txt", []
+
+    async def user(context: Any, params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={})
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ["HOME"],
+        "IPYBOX_STATE_DIR": str(tmp_path / "state"),
+    }
     params = StdioServerParameters(
-        command=FRONT[0],
-        args=[*FRONT[1:], str(IPYBOX), "--workspace", str(tmp_path), "--approval", "auto"],
-        cwd=str(tmp_path),
+        command=FRONT[0], args=[*FRONT[1:], str(IPYBOX), "--workspace", str(workspace)], env=env
     )
+    notes_server = {"command": sys.executable, "args": [str(NOTES_SERVER)], "env": {"NOTES_FILE": str(notes)}}
     async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, elicitation_callback=user) as session:
             await session.initialize()
-            result = await session.call_tool("execute_ipython_cell", {"code": "print(6 * 7)"})
-            assert not result.is_error and "42" in str(result.content), result
+            arguments = {"server_name": "notes", "server_params": notes_server}
+            registered = await session.call_tool("register_mcp_server", arguments)
+            assert not registered.is_error, registered
+            code = (
+                "from mcptools.notes import add_note\nprint(add_note.run(add_note.Params(text='hi')).result)"
+            )
+            result = await session.call_tool("execute_ipython_cell", {"code": code})
+            assert not result.is_error and "added" in str(result.content), result
             assert {t.name for t in (await session.list_tools()).tools} == TOOLS  # now the server's
+    assert len(asked) == 1 and "add_note" in asked[0]
+    assert notes.read_text() == "hi\n"
 
 
 def _send(process: subprocess.Popen[str], message: dict[str, Any]) -> dict[str, Any]:
