@@ -274,8 +274,7 @@ class CodeExecutor(Service):
                 kernels = self._require_kernels()
                 async for item in cell.run(kernels, self.tool_server.approval):
                     if isinstance(item, CellOutput):
-                        paths = self._save_images(item.images)
-                        yield CodeExecutionResult._saved(item.text, paths, item.images)
+                        yield _result(item, self.images_dir, self.working_dir)
                     else:
                         yield item
         finally:
@@ -286,8 +285,19 @@ class CodeExecutor(Service):
             raise _not_started()
         return self._kernels
 
-    def _save_images(self, images: list[bytes]) -> list[Path]:
-        return save_images(images, self.images_dir, self.working_dir)
+
+def _result(output: CellOutput, images_dir: Path, workspace: Path) -> CodeExecutionResult:
+    """The cell's result with its images saved; one that cannot be saved (the directory unwritable,
+    or replaced by a link that ipybox does not follow) is said in the text, which is kept."""
+    try:
+        paths = save_images(output.images, images_dir, workspace)
+    except OSError as e:
+        logger.warning("the images of a cell were not saved: %s", e)
+        note = f"[ipybox: {len(output.images)} image(s) displayed by the cell could not be saved: {e}]"
+        return CodeExecutionResult._saved(
+            f"{output.text}\n{note}" if output.text else note, [], output.images
+        )
+    return CodeExecutionResult._saved(output.text, paths, output.images)
 
 
 def _not_started() -> RuntimeError:

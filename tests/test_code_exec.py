@@ -225,6 +225,27 @@ async def test_displayed_image_bytes_are_saved_unchanged(executor: CodeExecutor,
     assert result.images[0].read_bytes() == png
 
 
+async def test_images_that_cannot_be_saved_keep_the_cells_output(
+    executor: CodeExecutor, tmp_path: Path
+) -> None:
+    """The kernel replaced images/ by a link (or a file): the images are not saved (never through
+    the link), and the cell's own output comes back with a note saying why."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    show = f"from IPython.display import Image, display\ndisplay(Image({_png()!r}))"
+    planted = {
+        "link": f"import os\nos.symlink({str(elsewhere)!r}, 'images')",
+        "file": "import os\nos.remove('images')\nopen('images', 'w').write('not a directory')",
+    }
+    for what, plant in planted.items():
+        await executor.execute(plant)
+        result = await executor.execute(f"print('the output')\n{show}")
+        assert result.text is not None and result.text.startswith("the output\n"), (what, result)
+        assert "1 image(s) displayed by the cell could not be saved" in result.text, (what, result)
+        assert result.images == []
+    assert list(elsewhere.iterdir()) == []
+
+
 # --- environment ---------------------------------------------------------------------------------
 
 HOST_PROXY = "http://proxy.corp.invalid:3128"
