@@ -44,7 +44,8 @@ class _Front:
         self.answers = answers
         self.version: str | None = None  # the protocol version the front answered initialize with
         self.ready = False  # the server answered initialize: it answers everything itself now
-        self.dropped: set[Any] = set()  # ids of requests the front answered; the server's answer goes
+        #: Requests the front answered, by id, with its answer: the server's answer is dropped.
+        self.dropped: dict[int | str, tuple[str, dict[str, Any]]] = {}
         self.waiting: set[Any] = set()  # ids of requests only the server can answer
         self.stderr_tail: deque[str] = deque(maxlen=10)
         self.gone: str | None = None  # why the server is gone, once it is
@@ -60,7 +61,7 @@ class _Front:
     def _answer(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """The front's own answer to a client message, or None if the server must answer it."""
         method, params = message.get("method"), message.get("params") or {}
-        if "id" not in message or not isinstance(method, str):
+        if not isinstance(message.get("id"), (int, str)) or not isinstance(method, str):
             return None
         if method == "ping":
             return {}
@@ -92,14 +93,16 @@ class _Front:
             with self.lock:
                 gone, answer = self.gone, self._answer(message)
                 request_id = message.get("id") if "method" in message else None
-                if answer is not None:
-                    self.dropped.add(request_id)
-                elif isinstance(request_id, (int, str)) and gone is None:
+                if not isinstance(request_id, (int, str)):  # a notification (or no valid request)
+                    request_id = answer = None
+                elif answer is not None:
+                    self.dropped[request_id] = (message["method"], answer)
+                elif gone is None:
                     self.waiting.add(request_id)
             if answer is not None:
                 self.write({"jsonrpc": "2.0", "id": request_id, "result": answer})
             elif gone is not None:
-                if isinstance(request_id, (int, str)):
+                if request_id is not None:
                     self.write(_error(request_id, gone))
                 continue
             try:
@@ -118,12 +121,18 @@ class _Front:
             except ValueError:
                 message = None
             if isinstance(message, dict) and "method" not in message and "id" in message:
+                request_id = message["id"] if isinstance(message["id"], (int, str)) else None
                 with self.lock:
-                    if message["id"] in self.dropped:
-                        self.dropped.discard(message["id"])
+                    given = self.dropped.pop(request_id, None) if request_id is not None else None
+                    if given is not None:
                         self.ready = self.ready or "serverInfo" in (message.get("result") or {})
-                        continue
-                    self.waiting.discard(message["id"])
+                    else:
+                        self.waiting.discard(request_id)
+                if given is not None:
+                    method, answer = given
+                    if message.get("result") != answer:  # the client was told something else
+                        _complain(f"ipybox answers {method} differently than {ANSWERS.name}")
+                    continue
                 if "serverInfo" in (message.get("result") or {}):
                     self.ready = True
             with self.lock:
@@ -145,6 +154,11 @@ class _Front:
             waiting, self.waiting = self.waiting, set()
         for request_id in waiting:
             self.write(_error(request_id, self.gone))
+
+
+def _complain(text: str) -> None:
+    sys.stderr.write(f"ipybox front: {text}; record it again (python front.py --record -- ipybox)\n")
+    sys.stderr.flush()
 
 
 def _error(request_id: int | str, text: str) -> dict[str, Any]:

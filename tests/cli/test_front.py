@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,3 +143,24 @@ def test_a_signal_before_the_server_is_up_ends_both_at_once(tmp_path: Path) -> N
         assert process.wait(timeout=30) == 128 + signal.SIGINT
         server.wait(timeout=30)  # psutil.TimeoutExpired if the server had not got the signal
         assert not server.is_running()
+
+
+async def test_a_stale_recording_is_reported(tmp_path: Path) -> None:
+    """The real front with a recording that lost a tool: the client got the front's (stale) list
+    before ipybox was up; when ipybox's own answer differs, the front says so on stderr."""
+    copy = tmp_path / "front"
+    copy.mkdir()
+    shutil.copy(front.__file__, copy / "front.py")
+    answers = json.loads(front.ANSWERS.read_text())
+    answers[LATEST]["tools/list"]["tools"].pop()
+    (copy / front.ANSWERS.name).write_text(json.dumps(answers))
+    command = [str(IPYBOX), "--workspace", str(tmp_path)]
+    params = StdioServerParameters(command=sys.executable, args=[str(copy / "front.py"), "--", *command])
+    log = tmp_path / "stderr.log"
+    with log.open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                assert len((await session.list_tools()).tools) == len(TOOLS) - 1  # the front's
+                await session.call_tool("reset", {})  # once ipybox answers, it has answered both
+    assert "ipybox answers tools/list differently than front_answers.json" in log.read_text()
