@@ -12,12 +12,14 @@ server command, forwards every line between the two unchanged, and meanwhile ans
 no server: `initialize` (handshake era), `ping` and the parameterless list requests, from the
 answers recorded in `front_answers.json` (`--record` writes them; tests/cli/test_front.py checks
 them against the live server). The server still gets every message, in order; its answers to
-requests the front already answered are dropped. Once the server has answered `initialize`, only
-`ping` is still answered by the front; a client that starts without `initialize` (the 2026-07-28
-era) is only forwarded.
+requests the front already answered are dropped (compared first: a difference is said on
+stderr). Once the server has answered `initialize`, only `ping` is still answered by the front;
+a client that starts without `initialize` (the 2026-07-28 era) is only forwarded.
 
-If the server exits, requests still waiting for an answer get an error carrying the last lines
-it wrote to stderr (which also pass through), and the front exits with its exit status.
+If the server exits, requests still waiting for an answer, and every later one, get an error
+carrying the last lines it wrote to stderr (which also pass through); when the client hangs up,
+the front exits with the server's exit status. A stop signal is passed on; before the server
+has answered `initialize` (it runs no kernel yet) the front exits at once.
 """
 
 from __future__ import annotations
