@@ -30,6 +30,13 @@ __all__ = ["CodeExecutionChunk", "CodeExecutionError", "CodeExecutionResult", "C
 
 logger = logging.getLogger(__name__)
 
+#: What a path argument may be: `Path`, `str` or any other `os.PathLike`.
+StrPath = str | os.PathLike[str]
+
+
+def _path(value: StrPath | None) -> Path | None:
+    return None if value is None else Path(value)
+
 
 class CodeExecutor(Service):
     """Executes Python code in a stateful IPython kernel whose MCP tool calls need approval.
@@ -70,11 +77,11 @@ class CodeExecutor(Service):
         kernel_gateway_host: str = "localhost",
         kernel_gateway_port: int | None = None,
         kernel_env: dict[str, str] | None = None,
-        images_dir: Path | None = None,
+        images_dir: StrPath | None = None,
         approval_timeout: float | None = 60,
         connect_timeout: float = 30,
         sandbox: bool = False,
-        sandbox_config: Path | None = None,
+        sandbox_config: StrPath | None = None,
         log_level: str | None = None,
         *,
         sandbox_gpus: str | Sequence[int] | None = None,
@@ -83,8 +90,8 @@ class CodeExecutor(Service):
         require_shell_escape: bool = False,
         kernel_init_timeout: float = 30,
         spare_kernel: bool | SpareKernels = True,
-        working_dir: Path | None = None,
-        audit_log: Path | None = None,
+        working_dir: StrPath | None = None,
+        audit_log: StrPath | None = None,
         limits: ResourceLimits | None = None,
         tool_timeout: float | None = None,
         allow_env: Iterable[str] | None = None,
@@ -95,6 +102,9 @@ class CodeExecutor(Service):
         kernel_tool_server_host: str | None = None,
         backend: KernelBackend | None = None,
     ) -> None:
+        working_dir, images_dir, sandbox_config, audit_log = map(
+            _path, (working_dir, images_dir, sandbox_config, audit_log)
+        )
         self.limits = limits or ResourceLimits()
         self.backend = backend or backend_for(
             gateway_url=kernel_gateway_url,
@@ -271,8 +281,7 @@ class CodeExecutor(Service):
                 kernels = self._require_kernels()
                 async for item in cell.run(kernels, self.tool_server.approval):
                     if isinstance(item, CellOutput):
-                        paths = self._save_images(item.images)
-                        yield CodeExecutionResult._saved(item.text, paths, item.images)
+                        yield _result(item, self.images_dir, self.working_dir)
                     else:
                         yield item
         finally:
@@ -283,8 +292,19 @@ class CodeExecutor(Service):
             raise _not_started()
         return self._kernels
 
-    def _save_images(self, images: list[bytes]) -> list[Path]:
-        return save_images(images, self.images_dir, self.working_dir)
+
+def _result(output: CellOutput, images_dir: Path, workspace: Path) -> CodeExecutionResult:
+    """The cell's result with its images saved; one that cannot be saved (the directory unwritable,
+    or replaced by a link that ipybox does not follow) is said in the text, which is kept."""
+    try:
+        paths = save_images(output.images, images_dir, workspace)
+    except OSError as e:
+        logger.warning("the images of a cell were not saved: %s", e)
+        note = f"[ipybox: {len(output.images)} image(s) displayed by the cell could not be saved: {e}]"
+        return CodeExecutionResult._saved(
+            f"{output.text}\n{note}" if output.text else note, [], output.images
+        )
+    return CodeExecutionResult._saved(output.text, paths, output.images)
 
 
 def _not_started() -> RuntimeError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import struct
 import zlib
@@ -11,7 +12,7 @@ from pathlib import Path
 import internals
 import pytest
 from internals import busy, kernel_pid, kernels
-from servers.launch import child_pids, eventually, pid_alive
+from servers.launch import SANDBOX_PATH, child_pids, eventually, pid_alive, require_sandbox
 
 from ipybox import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
 
@@ -194,6 +195,34 @@ async def test_default_images_dir_is_working_dir_images(
     assert result.images[0].exists()
 
 
+class _PathLike:
+    """An os.PathLike that is no Path (as libraries such as py.path or fsspec hand out)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+async def test_paths_may_be_strings_or_pathlike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`CodeExecutor(working_dir="some/dir")` as users write it: str (relative to the current
+    directory) or any os.PathLike, wherever a path is taken."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "some" / "dir").mkdir(parents=True)
+    async with CodeExecutor(
+        working_dir="some/dir",
+        images_dir="plots",
+        audit_log=_PathLike(tmp_path / "audit.jsonl"),
+        spare_kernel=False,
+    ) as executor:
+        show = f"from IPython.display import Image, display\ndisplay(Image({_png()!r}))"
+        result = await executor.execute(f"import os\nprint(os.getcwd())\n{show}")
+    assert result.text == str((tmp_path / "some" / "dir").resolve())
+    assert result.images[0].resolve().parent == (tmp_path / "plots").resolve()
+    assert executor.audit_log == tmp_path / "audit.jsonl"
+
+
 async def test_displayed_image_bytes_are_saved_unchanged(executor: CodeExecutor, tmp_path: Path) -> None:
     png = _png(5, 4)
     code = f"from IPython.display import Image, display\nprint('an image:')\ndisplay(Image({png!r}))"
@@ -202,6 +231,65 @@ async def test_displayed_image_bytes_are_saved_unchanged(executor: CodeExecutor,
     assert len(result.images) == 1
     assert result.images[0].parent == tmp_path.resolve() / "images"
     assert result.images[0].read_bytes() == png
+
+
+async def test_images_that_cannot_be_saved_keep_the_cells_output(
+    executor: CodeExecutor, tmp_path: Path
+) -> None:
+    """The kernel replaced images/ by a link (or a file): the images are not saved (never through
+    the link), and the cell's own output comes back with a note saying why."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    show = f"from IPython.display import Image, display\ndisplay(Image({_png()!r}))"
+    planted = {
+        "link": f"import os\nos.symlink({str(elsewhere)!r}, 'images')",
+        "file": "import os\nos.remove('images')\nopen('images', 'w').write('not a directory')",
+    }
+    for what, plant in planted.items():
+        await executor.execute(plant)
+        result = await executor.execute(f"print('the output')\n{show}")
+        assert result.text is not None and result.text.startswith("the output\n"), (what, result)
+        assert "1 image(s) displayed by the cell could not be saved" in result.text, (what, result)
+        assert result.images == []
+    assert list(elsewhere.iterdir()) == []
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+HOST_PROXY = "http://proxy.corp.invalid:3128"
+NETWORK_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "HTTPS_PROXY", "https_proxy", "NO_PROXY")
+
+
+@pytest.mark.parametrize("sandbox", [False, True], ids=["local", "sandboxed"])
+async def test_kernel_trusts_the_hosts_certificates_and_uses_its_proxy_unless_sandboxed(
+    sandbox: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a TLS-intercepting proxy `!pip install` needs the proxy and its CA bundle, as
+    install_package has them; a sandboxed kernel keeps the sandbox's own proxy (srt's)."""
+    if sandbox:
+        require_sandbox()
+        monkeypatch.setenv("PATH", SANDBOX_PATH)
+    bundle = "/etc/ssl/certs/ca-certificates.crt"
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
+        monkeypatch.setenv(name, bundle)
+    for name in ("HTTPS_PROXY", "https_proxy"):
+        monkeypatch.setenv(name, HOST_PROXY)
+    monkeypatch.setenv("NO_PROXY", "localhost")
+    monkeypatch.setenv("IPYBOX_TEST_OTHER", "not for the kernel")
+    async with CodeExecutor(sandbox=sandbox, working_dir=tmp_path, spare_kernel=False) as executor:
+        names = (*NETWORK_ENV, "IPYBOX_TEST_OTHER")
+        code = f"import json, os\nprint(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))"
+        seen = json.loads((await executor.execute(code)).text or "")
+    assert seen["IPYBOX_TEST_OTHER"] is None
+    assert [seen[name] for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")] == [bundle] * 3
+    if sandbox:
+        assert HOST_PROXY not in (seen["HTTPS_PROXY"], seen["https_proxy"]), seen
+    else:
+        assert (seen["HTTPS_PROXY"], seen["https_proxy"], seen["NO_PROXY"]) == (
+            HOST_PROXY,
+            HOST_PROXY,
+            "localhost",
+        )
 
 
 # --- errors --------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,16 +97,50 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         spilled_outputs=args.max_spilled_outputs,
         spilled_bytes=args.max_spilled_bytes,
     )
+    if args.transport == "streamable-http":
+        _check_listen(args.host, args.port)  # before the server: a port in use is one clear line
     server = create_server(options, token_verifier=verifier, auth=auth)
     if args.transport == "stdio":
+        if sys.stdin.isatty():  # started by hand: say what it waits for, as no client will
+            _say(
+                f"MCP server on stdio for the workspace {workspace}: MCP clients start this command "
+                "and speak JSON-RPC on its stdin; Ctrl-C stops it"
+            )
         return server, lambda s: s.run("stdio")
 
     def serve(s: Any) -> None:
         if isinstance(verifier, LocalToken):
             _announce_token(verifier, _public_url(args))
+        else:
+            _say(
+                f"serving MCP at {_url(args.host, args.port)} for the workspace {workspace}; Ctrl-C stops it"
+            )
         s.run("streamable-http", host=args.host, port=args.port)
 
     return server, serve
+
+
+def _say(line: str) -> None:
+    """One line for the person who started ipybox, on stderr (stdout may be the protocol)."""
+    sys.stderr.write(f"ipybox: {line}\n")
+    sys.stderr.flush()
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Refuse to start where the HTTP server could not listen (the port taken, the host unknown)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.create_server((host, port), family=family):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"cannot listen on {host}:{port}: {e.strerror or e}; choose another --port (or --host), "
+            "or stop the program that uses it"
+        ) from None
 
 
 def _workspace(args: argparse.Namespace) -> Path:
@@ -112,9 +148,13 @@ def _workspace(args: argparse.Namespace) -> Path:
     workspace: Path = args.workspace.expanduser().resolve()
     try:
         workspace.mkdir(parents=True, exist_ok=True)
+        _check_writable(workspace)
     except OSError as e:
         reason = "it is not a directory" if isinstance(e, FileExistsError) else e.strerror or str(e)
-        raise ValueError(f"cannot use {workspace} as the workspace: {reason}") from None
+        raise ValueError(
+            f"cannot use {workspace} as the workspace: {reason}. ipybox writes there (mcptools/, the "
+            "kernel's files): pass --workspace with a directory you can write"
+        ) from None
     if args.sandbox_gpus is not None and not args.sandbox:
         raise ValueError("--sandbox-gpus applies only with --sandbox: add --sandbox, or drop it")
     if args.sandbox_config is not None:
@@ -128,6 +168,14 @@ def _workspace(args: argparse.Namespace) -> Path:
     if args.spare_kernels < 0:
         raise ValueError(f"--spare-kernels must be 0 or more, got {args.spare_kernels}")
     return workspace
+
+
+def _check_writable(workspace: Path) -> None:
+    """OSError unless this user can create files in `workspace` (tried: permissions, read-only
+    mounts and ACLs all count); the file is removed at once."""
+    fd, probe = tempfile.mkstemp(prefix=".ipybox-write-check-", dir=workspace)
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _executor_options(args: argparse.Namespace, limits: ResourceLimits) -> ExecutorOptions:
@@ -192,8 +240,7 @@ def _authentication(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _public_url(args: argparse.Namespace) -> str:
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    return str(args.public_url or f"http://{host}:{args.port}/mcp")
+    return str(args.public_url or _url(args.host, args.port))
 
 
 def _refuse_shared_trust(args: argparse.Namespace, verifier: Any) -> None:

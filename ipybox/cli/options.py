@@ -69,6 +69,16 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r} (a number from 1 to 65535)")
+    return port
+
+
 def _seconds(text: str) -> float | None:
     if text.strip().lower() in ("none", "0"):
         return None
@@ -124,7 +134,7 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                 ),
             },
             "--host": {"default": "127.0.0.1", "help": "address for streamable-http (default: 127.0.0.1)"},
-            "--port": {"type": int, "default": 8000, "help": "port for streamable-http (default: 8000)"},
+            "--port": {"type": _port, "default": 8000, "help": "port for streamable-http (default: 8000)"},
             "--log-level": {
                 "choices": ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                 "default": "WARNING",

@@ -31,6 +31,14 @@ logger = logging.getLogger(__name__)
 
 #: Variables a Python process needs to run; everything else of the parent's stays out of the kernel.
 _ESSENTIAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM")
+#: Which certificate authorities the host trusts (a TLS-intercepting proxy's among them), so that
+#: `!pip install`, `requests` or `curl` in the kernel trust what they trust on the host.
+_TRUST_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT")
+#: The host's proxies: passed to kernels that reach the network as the host does (not a
+#: sandboxed one, whose only way out is the sandbox's own proxy, set by srt).
+_PROXY_ENV = tuple(
+    name for base in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY") for name in (base, base.lower())
+)
 _CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 _IN_KERNEL = "import ipybox.kernel_mgr.in_kernel as _m; _m.install(get_ipython()); del _m"
 _KERNEL_OPTIONS = (
@@ -103,9 +111,11 @@ def _warn_once(message: str) -> None:
         logger.warning(message)
 
 
-def kernel_environment(extra: Mapping[str, str] | None) -> dict[str, str]:
-    """The environment a kernel starts with: the essentials plus what the caller gives."""
-    env = {key: os.environ[key] for key in _ESSENTIAL_ENV if key in os.environ}
+def kernel_environment(extra: Mapping[str, str] | None, *, proxies: bool = True) -> dict[str, str]:
+    """The environment a kernel starts with: the essentials, the host's trusted certificates and
+    (with `proxies`) its proxies, plus what the caller gives."""
+    names = _ESSENTIAL_ENV + _TRUST_ENV + (_PROXY_ENV if proxies else ())
+    env = {key: os.environ[key] for key in names if key in os.environ}
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env

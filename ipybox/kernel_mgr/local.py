@@ -79,7 +79,7 @@ class LocalBackend:
         if settings.restore_working_dir:
             ipybox_env[WORKING_DIR_VAR] = str(settings.working_dir)
         defaults = {k: v for k, v in settings.kernel_env().items() if k not in settings.env}
-        env = kernel_environment(defaults | ipybox_env)
+        env = kernel_environment(defaults | ipybox_env, proxies=not self.sandbox)  # srt sets its own
         kernel_env = {k: v for k, v in settings.env.items() if k not in ipybox_env}
         cwd, limits = settings.working_dir, self.limits
 

@@ -287,10 +287,10 @@ async def list_tools(
 async def generate_mcp_sources(
     server_name: str,
     server_params: dict[str, Any],
-    root_dir: Path,
+    root_dir: str | os.PathLike[str],
     *,
     connect_timeout: float = 30,
-    workspace: Path | None = None,
+    workspace: str | os.PathLike[str] | None = None,
     allow_env: Iterable[str] | None = None,
     placeholder_env: Mapping[str, str] | None = None,
 ) -> GeneratedModules:

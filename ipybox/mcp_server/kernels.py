@@ -107,8 +107,11 @@ class KernelPool:
         return [n for (p, n) in self._kernels if p == principal]
 
     def prewarm(self, principal: str, name: str = DEFAULT_KERNEL) -> None:
-        """Start a kernel now, so the first call does not wait for it."""
-        self._start_task((principal, name))
+        """Start a kernel now unless it runs or is starting, so a later call does not wait for it."""
+        key = (principal, name)
+        if key not in self._kernels and key not in self._starting:
+            task = self._start_task(key)
+            task.add_done_callback(_log_failed_start)
 
     async def _get(self, key: tuple[str, str]) -> _Kernel:
         if self._reaper is None and self.idle_timeout is not None:
@@ -177,6 +180,12 @@ class KernelPool:
         kernels = list(self._kernels.values())
         self._kernels.clear()
         await asyncio.gather(*(k.executor.stop() for k in kernels), *self._stopping, return_exceptions=True)
+
+
+def _log_failed_start(task: asyncio.Task[_Kernel]) -> None:
+    """A prewarmed kernel nobody awaited yet: its failure is logged (the next use tries again)."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.warning("starting a kernel ahead of use failed: %s", error)
 
 
 def _duration(seconds: float) -> str:

@@ -25,7 +25,6 @@ from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.spares import SpareKernels
 from ipybox.mcp_server import packages
 from ipybox.mcp_server.approval import ApprovalPolicy
-from ipybox.mcp_server.auth import LocalToken
 from ipybox.mcp_server.cells import ParkedRuns
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool
@@ -114,12 +113,15 @@ def create_server(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: MCPServer[Any]) -> AsyncIterator[None]:
-        if token_verifier is None or isinstance(token_verifier, LocalToken):  # one principal: start now
-            kernels.prewarm(LOCAL)
+        # No kernel starts before the first tool call: a client that only connects (`claude mcp
+        # list`, a session that never uses ipybox) costs no kernel and leaves nothing in the
+        # workspace, and the handshake does not share the CPU with kernel starts.
         _close_on_signals(kernels, parked)
+        looking = asyncio.create_task(asyncio.to_thread(tools.siblings.check))  # logs what it finds
         try:
             yield
         finally:
+            looking.cancel()
             await parked.close()
             await kernels.close()
 

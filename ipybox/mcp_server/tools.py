@@ -42,6 +42,7 @@ from ipybox.mcp_server.kernels import (
     user_principal,
 )
 from ipybox.mcp_server.output import Spill, truncate
+from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.audit import AuditLog
@@ -98,6 +99,7 @@ class Tools:
         self.spill = spill
         self._told_no_elicitation: set[str] = set()  # principals whose reply said calls ran unasked
         self._untold: set[str] = set()  # principals whose calls ran unasked, not yet told
+        self.siblings = Siblings(home.root)
 
     def add_to(self, server: MCPServer[Any]) -> None:
         for tool in (self.register_mcp_server, self.execute_ipython_cell, self.install_package, self.reset):
@@ -112,6 +114,7 @@ class Tools:
         "${VAR}" (from .env)."""
         who = principal()
         root = self._workspace(who)
+        self.kernels.prewarm(who)  # code that uses the API comes next: its kernel starts meanwhile
         try:
             modules = await generate_mcp_sources(
                 server_name, server_params, root / "mcptools", workspace=root, allow_env=self.allow_env
@@ -125,7 +128,8 @@ class Tools:
         for executor in self.kernels.executors(who):  # code importing the old API sees the new one
             with contextlib.suppress(Exception):
                 await executor.execute(_forget_modules(server_name), timeout=10)
-        lines = [f"Generated {len(modules)} tool modules in mcptools/{server_name}/:"]
+        lines = [n for n in (self.siblings.notice(),) if n]
+        lines.append(f"Generated {len(modules)} tool modules in mcptools/{server_name}/:")
         lines += [f"- {m}: {_summary(modules.descriptions.get(m, ''))}" for m in modules]
         if modules.repaired:
             lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")
@@ -246,7 +250,12 @@ class Tools:
         finally:
             if not parked:
                 await run.cancel()  # a client that cancels or goes away interrupts the cell
-        notice = "\n".join(n for n in (self._no_elicitation_notice(run.principal), run.kernel_notice) if n)
+        notices = (
+            self.siblings.notice(),
+            self._no_elicitation_notice(run.principal),
+            run.kernel_notice,
+        )
+        notice = "\n".join(n for n in notices if n)
         return _reply(run, self.home.workspace(run.principal), max_output_chars, notice, self.spill)
 
     def _no_elicitation_notice(self, who: str) -> str:

@@ -88,6 +88,24 @@ def test_invalid_sandbox_config_names_the_file(tmp_path: Path) -> None:
     assert result.stdout == "" and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("kind", ["read-only directory", "kernel filesystem"])
+def test_workspace_this_user_cannot_write_is_refused(kind: str, tmp_path: Path) -> None:
+    """Else ipybox would start and only its tools would fail, with "Error executing tool"."""
+    if kind == "read-only directory":
+        if os.geteuid() == 0:
+            pytest.skip("root writes a read-only directory")
+        workspace = tmp_path / "ws"
+        workspace.mkdir(mode=0o555)
+    else:
+        workspace = Path("/sys")  # no user may create files there, root included
+    result = ipybox("--workspace", str(workspace), cwd=tmp_path)
+
+    assert result.returncode != 0
+    assert f"cannot use {workspace} as the workspace" in result.stderr
+    assert "a directory you can write" in result.stderr and "Traceback" not in result.stderr
+    assert not [p.name for p in workspace.iterdir() if p.name.startswith(".ipybox")]
+
+
 def test_workspace_that_is_a_file_is_refused(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "file.txt"
     not_a_dir.write_text("x")
@@ -103,6 +121,7 @@ def test_workspace_that_is_a_file_is_refused(tmp_path: Path) -> None:
     [
         (["--transport", "sse2"], "--transport"),
         (["--port", "eighty"], "--port"),
+        (["--port", "70000"], "not a port"),
         (["--log-level", "LOUD"], "--log-level"),
         (["--no-such-option"], "--no-such-option"),
     ],
@@ -130,7 +149,46 @@ def test_port_in_use_fails_with_a_message(tmp_path: Path) -> None:
         )
 
     assert result.returncode != 0
-    assert "address already in use" in result.stderr.lower()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ipybox: cannot listen on 127.0.0.1:{port}: "), lines
+    assert "address already in use" in lines[0].lower() and "--port" in lines[0]
+
+
+def test_http_server_says_where_it_listens(tmp_path: Path) -> None:
+    port = _free_port()
+    with subprocess.Popen(
+        [str(IPYBOX), "--workspace", str(tmp_path), "--transport", "streamable-http", "--port", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stderr is not None
+        try:
+            first = process.stderr.readline()
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    assert first.startswith(f"ipybox: serving MCP at http://127.0.0.1:{port}/mcp for the workspace "), first
+
+
+def test_stdio_server_started_in_a_terminal_says_what_it_waits_for(tmp_path: Path) -> None:
+    """By hand in a terminal a stdio server would wait silently; clients (no terminal) get no line."""
+    controller, terminal = os.openpty()
+    with subprocess.Popen(
+        [str(IPYBOX), "--workspace", str(tmp_path)], stdin=terminal, stderr=subprocess.PIPE, text=True
+    ) as process:
+        os.close(terminal)
+        assert process.stderr is not None
+        try:
+            first = process.stderr.readline()
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+            os.close(controller)
+    assert first.startswith("ipybox: MCP server on stdio for the workspace "), first
+    assert "Ctrl-C" in first
+    assert ipybox("--workspace", str(tmp_path), cwd=tmp_path).stderr == ""  # stdin no terminal: silent
 
 
 def test_stdio_server_creates_the_workspace_and_exits_on_eof(tmp_path: Path) -> None:

@@ -54,7 +54,11 @@ async def test_lists_four_compact_tools_without_output_schemas(workspace: Path, 
     async with open_ipybox(workspace, state_dir, command=command) as box:
         init = box.session.initialize_result
         tools = {tool.name: tool for tool in (await box.session.list_tools()).tools}
+        started = [" ".join(p.cmdline()) for p in ipybox_processes(workspace)]
 
+    # a client that only connects (as `claude mcp list` does) starts no kernel, writes nothing
+    assert started and not [c for c in started if "kernel_mgr" in c], started
+    assert list(workspace.iterdir()) == []
     assert init is not None and init.server_info.name == "ipybox"
     assert "register_mcp_server" in (init.instructions or "")
     assert set(tools) == {"register_mcp_server", "execute_ipython_cell", "install_package", "reset"}

@@ -64,8 +64,10 @@ def test_local_checkout_marketplace_connects(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     install_plugins(home, str(REPO), UV_PLUGINS)
-    listing = claude(home, "mcp", "list", cwd=project_dir(tmp_path), timeout=240)
+    project = project_dir(tmp_path)
+    listing = claude(home, "mcp", "list", cwd=project, timeout=240)
     assert connected(listing.stdout) == dict.fromkeys(UV_PLUGINS, True), listing.stdout + listing.stderr
+    assert list(project.iterdir()) == []  # connecting starts no kernel and leaves nothing in the project
     for plugin in UV_PLUGINS:  # from a local marketplace Claude Code runs the plugin in the checkout
         assert f"plugin:{plugin}:ipybox: {REPO / 'plugins' / plugin / 'core'}" in listing.stdout
 

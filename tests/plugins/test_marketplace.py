@@ -22,6 +22,7 @@ from ipybox.sandbox import DEFAULT_CONFIG, WORKSPACE_CONFIG
 
 from .conftest import (
     EVERYTHING,
+    IPYBOX_TOOLS,
     PLUGINS,
     REPO,
     SKILL,
@@ -174,6 +175,14 @@ def test_skill_frontmatter() -> None:
     assert fields["name"] == "codeact" == SKILL.name
     assert 50 <= len(fields["description"]) <= 1024  # Claude Code's limit
     assert "codeact" in fields["description"]
+
+
+def test_skill_teaches_every_tool_of_the_server() -> None:
+    """An agent that knows only the skill finds each tool, e.g. install_package rather than a
+    `!pip install` that has no network in the sandbox."""
+    text = (SKILL / "SKILL.md").read_text()
+    assert [tool for tool in sorted(IPYBOX_TOOLS) if f"`{tool}" not in text] == []
+    assert "ModuleNotFoundError" in text
 
 
 @pytest.mark.parametrize(

@@ -141,7 +141,7 @@ async def test_download_refuses_hard_links_fifos_and_devices(
 
 @pytest.mark.parametrize("where", ["images", ".ipybox/outputs"])
 async def test_new_files_in_a_flipping_directory(kernel: CodeExecutor, outside: Path, where: str) -> None:
-    """What `_save_images` and the MCP server's spill files do, under the same race."""
+    """What saving a cell's images and the MCP server's spill files do, under the same race."""
     top = where.split("/")[0]
     await flip(kernel, top, "os.mkdir", outside)
     workspace = kernel.working_dir
