@@ -385,7 +385,7 @@ def sandbox_command(
     homes, keep_out = owned.confinement(workspace, writable)  # other principals' homes
     keep += keep_out
     placeholders = _placeholders.setdefault(runtime, Placeholders(_lock_dir()))
-    keep += _protect_writable(config, workspace, writable_dir, placeholders, keep)
+    keep += _protect_writable(config, workspace, writable_dir, placeholders, keep, homes)
     policy = kernel_policy(
         config,
         writable_dir,
@@ -426,7 +426,12 @@ def _lock_dir() -> Path:
 
 
 def _protect_writable(
-    config: dict[str, Any], workspace: Path, private: Path, placeholders: Placeholders, keep: list[Path]
+    config: dict[str, Any],
+    workspace: Path,
+    private: Path,
+    placeholders: Placeholders,
+    keep: list[Path],
+    hidden: Sequence[Path] = (),
 ) -> list[Path]:
     """The auto-run paths, git directories and Python environments in every directory the kernel
     may write (but its private one), with placeholders made for those that must not be created
@@ -436,8 +441,9 @@ def _protect_writable(
     binds it onto itself, so the kernel can neither move nor remove it and put a directory of
     its own in its place) and `.git` and `HEAD` cannot be created in it (git takes neither it
     nor a folder below it for a repository of the kernel's making). What ipybox hides or keeps
-    read-only (its state, runtime files, credential stores) is neither walked nor guarded: a
-    guard is a writable bind, which srt would lay over the hiding."""
+    read-only (its state, runtime files, credential stores, the `keep` paths and the `hidden`
+    ones, e.g. other users' homes) is neither walked nor guarded: a guard is a writable bind,
+    which srt would lay over the hiding."""
     denied = [Path(os.path.expanduser(p)) for p in [*_ALWAYS_DENY_WRITE, str(state_dir().absolute())]]
     fs = config.setdefault("filesystem", {})
     roots = []
@@ -451,7 +457,8 @@ def _protect_writable(
     home = Path.home().absolute()
     user_denied = [Path(os.path.expanduser(p)).absolute() for p in fs.get("denyWrite", []) if not _globby(p)]
     blocked = [n for n in autorun.EVERY_DIR_BLOCKED if n != "HEAD" or autorun.bare_repositories_allowed()]
-    off_limits = [*denied, private, *map(Path, [*_runtime_roots(), *reads.hidden_credentials()])]
+    kept = [*keep, *hidden]  # read-only or hidden by ipybox: a pin would undo it
+    off_limits = [*denied, private, *kept, *map(Path, [*_runtime_roots(), *reads.hidden_credentials()])]
     for root in roots:
         scan = autorun.scan(root, off_limits)
         found += scan.protected
@@ -462,7 +469,7 @@ def _protect_writable(
         standins |= {root / name: "dir" for name in autorun.CREATION_BLOCKED}
         standins[root / ".mcp.json"] = "mcp"  # Claude Code reports a directory as a broken config
         for folder in scan.directories[1:]:
-            if reads.within(folder, user_denied) or _read_denied(folder, fs.get("denyRead", [])):
+            if reads.within(folder, [*user_denied, *kept]) or _read_denied(folder, fs.get("denyRead", [])):
                 continue  # read-only anyway; or hidden, which a pin (a writable bind) would undo
             standins |= {folder / name: "dir" for name in blocked}
             pins.append(folder)
