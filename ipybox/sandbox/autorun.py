@@ -83,6 +83,7 @@ class Scan:
 
     protected: list[Path] = field(default_factory=list)  # read-only whole
     directories: list[Path] = field(default_factory=list)  # guarded: pinned, `.git`/`HEAD` blocked
+    missing: dict[Path, str] = field(default_factory=dict)  # named by git's config: stand-ins ("file", "dir")
     truncated: bool = False
 
 
@@ -138,9 +139,13 @@ def scan(
             root,
             guarded,
         )
-    found.protected += _git_config_paths(root)
+    named, missing = _git_config_paths(root)
+    found.protected += named
     # a missing path inside a protected directory cannot be created anyway
     found.protected = [p for p in dict.fromkeys(found.protected) if os.path.lexists(p)]
+    found.missing = {
+        p: kind for p, kind in missing.items() if not any(p.is_relative_to(q) for q in found.protected)
+    }
     return found
 
 
@@ -202,12 +207,15 @@ def _git_dirs(dot_git: Path) -> list[Path]:
     return found
 
 
-def _git_config_paths(root: Path) -> list[Path]:
+def _git_config_paths(root: Path) -> tuple[list[Path], dict[Path, str]]:
     """Files and directories under `root` that git's configuration (of the repository at
-    `root` and the user's) names as something to include, run or take hooks from."""
+    `root` and the user's) names as something to include, run or take hooks from; and those
+    of them that are missing where git would look (an include file, a hooks directory), which
+    the kernel must not create either: each with the kind of stand-in that keeps git as it
+    was (an empty file includes nothing, an empty directory holds no hooks)."""
     git = which("git")
     if git is None or not (root / ".git").exists():
-        return []
+        return [], {}
     try:
         done = subprocess.run(
             [git, "-C", str(root), "config", "--list", "--includes", "--show-origin", "-z"],
@@ -217,8 +225,9 @@ def _git_config_paths(root: Path) -> list[Path]:
             env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
         )
     except (OSError, subprocess.TimeoutExpired):
-        return []
+        return [], {}
     found: list[Path] = []
+    missing: dict[Path, str] = {}
     items = done.stdout.split("\0")
     for origin, item in zip(items[::2], items[1::2], strict=False):
         key, _, value = item.partition("\n")
@@ -230,7 +239,15 @@ def _git_config_paths(root: Path) -> list[Path]:
             for candidate in {base / word, root / word}:
                 if candidate.exists() and candidate.resolve().is_relative_to(root.resolve()):
                     found.append(candidate.resolve())
-    return found
+            # where git looks: an include relative to its file, hooks relative to the work tree
+            where = base / word if key.endswith(".path") else root / word if key == "core.hookspath" else None
+            if where is not None and not os.path.lexists(where) and _within(where, root):
+                missing[Path(os.path.abspath(where))] = "file" if key.endswith(".path") else "dir"
+    return found, missing
+
+
+def _within(path: Path, root: Path) -> bool:
+    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
 
 
 def _words(value: str) -> Iterable[str]:

@@ -462,6 +462,7 @@ def _protect_writable(
     for root in roots:
         scan = autorun.scan(root, off_limits)
         found += scan.protected
+        standins |= scan.missing  # what git's configuration names there but is not there yet
         if home.is_relative_to(root):  # start-up files of the user's shell and tools
             standins |= {home / name: kind for name, kind in autorun.HOME_NAMES.items()}
         if home != root and home.is_relative_to(root):

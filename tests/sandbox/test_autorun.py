@@ -143,6 +143,40 @@ async def test_missing_auto_run_paths_cannot_be_created_and_leave_no_trace(
     assert all(k.startswith(("written.txt", "alias-", "staging", "loose")) for k in added), added
 
 
+async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
+    """An include file or hooks directory the repository's config names but nobody made yet
+    (hooks not set up, no local override) stays absent: written by the kernel, git on the host
+    would run what it says (an fsmonitor command on `git status`, a hook on commit). While the
+    sandbox runs, git on the host sees no change in the work tree."""
+    _git(workspace, "init", "-q")
+    _git(workspace, "config", "core.hooksPath", ".githooks")
+    _git(workspace, "config", "include.path", "../local.gitconfig")
+    _git(workspace, "config", "includeIf.gitdir:/.path", "nested/extra.gitconfig")
+    marker = tmp_path / "ran-on-host"
+    config = f'[core]\n\tfsmonitor = "echo x >> {marker}; false"\n'
+    targets = {
+        ".githooks/pre-commit": "#!/bin/sh\n",
+        "local.gitconfig": config,
+        ".git/nested/extra.gitconfig": config,
+    }
+    before = _git(workspace, "status", "--short")
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(
+            executor,
+            "import os\n"
+            + "def put(t, text):\n"
+            + "    os.makedirs(os.path.dirname(t) or '.', exist_ok=True)\n"
+            + "    return open(t, 'w').write(text)\n"
+            + f"print(_json.dumps([attempt(lambda: put(t, x)) for t, x in {targets!r}.items()]))",
+        )
+        during = _git(workspace, "status", "--short")
+    assert not [o for o in result if o.startswith("ok")], result
+    assert during == before, (before, during)
+    _git(workspace, "status")
+    assert not marker.exists()
+    assert not any((workspace / t).exists() for t in targets)  # the stand-ins are gone again
+
+
 async def test_placeholders_outlive_a_second_executor_in_the_same_workspace(workspace: Path) -> None:
     """Two executors in one workspace: the one that stops first leaves the other protected."""
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as first:

@@ -28,6 +28,8 @@ HIDERS = [
     "\xad\U000e0041\U000e007f",  # soft hyphen, tag characters
     "line\u2028sep\u2029\x85",  # line/paragraph separators, NEL
     "\u3164\u115f\u2800",  # blank letters
+    # marks that draw nothing, carrying data: variation selectors, grapheme joiner, Khmer, Mongolian
+    "hi" + "".join(chr(0xE0100 + b) for b in b"sk-SECRET") + "\ufe01\u034f\u17b4\u180b",
     "Z" + "\u0336\u0489" * 40,  # a stack of combining marks smearing over the text around it
 ]
 
@@ -72,10 +74,19 @@ def calls(server: str, tool: str) -> str:
     )
 
 
+def _invisible_mark(c: str) -> bool:
+    """A mark that draws nothing: a variation selector, the grapheme joiner, Khmer's and Mongolian's."""
+    return (
+        c in "\u034f\u17b4\u17b5\u180b\u180c\u180d\u180f"
+        or "\ufe00" <= c <= "\ufe0f"
+        or "\U000e0100" <= c <= "\U000e01ef"
+    )
+
+
 def assert_shown_safely(prompt: str, *, lines: bool = False) -> None:
     """No character a terminal acts on or draws nothing for (newlines only where `lines`)."""
     raw = [c for c in prompt if unicodedata.category(c) in _HIDDEN and not (lines and c == "\n")]
-    raw += [c for c in prompt if c in "\u3164\u115f\u2800"]
+    raw += [c for c in prompt if c in "\u3164\u115f\u2800" or _invisible_mark(c)]
     assert not raw, [hex(ord(c)) for c in raw]
     marks = 0
     for c in prompt:

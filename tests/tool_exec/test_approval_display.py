@@ -109,3 +109,28 @@ def test_renderer_never_splits_an_escape() -> None:
         head, _, rest = shown.partition("…[")
         assert rest.endswith("more characters not shown; see all]"), shown
         assert whole.fullmatch(head), shown
+
+
+def test_marks_that_draw_nothing_are_escaped() -> None:
+    """Variation selectors (which follow any character) and the other default-ignorable marks
+    would carry data invisibly in an approved argument (a secret after "hi"): each is escaped."""
+    invisible = [
+        "\u034f",
+        "\u17b4",
+        "\u17b5",
+        "\u180b",
+        "\u180f",
+        "\ufe00",
+        "\ufe0f",
+        "\U000e0100",
+        "\U000e01ef",
+    ]
+    for mark in invisible:
+        shown = display.value("hi" + mark, lambda: "see all")
+        assert mark not in shown and "\\u" in shown, ascii(shown)
+    smuggled = "hi" + "".join(chr(0xE0100 + b) for b in b"sk-SECRET")
+    shown = display.value(smuggled, lambda: "see all")
+    assert shown.count("\\udb40") == len("sk-SECRET"), ascii(shown)
+    assert (
+        display.value("caf\u00e9 \u0915\u093f", lambda: "see all") == '"caf\u00e9 \u0915\u093f"'
+    )  # visible marks stay

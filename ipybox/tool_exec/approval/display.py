@@ -32,6 +32,13 @@ Hint = Callable[[str | None], str]
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
 #: Letters and symbols that draw nothing (Hangul fillers, the blank braille pattern).
 _BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+#: Marks that draw nothing (Unicode's default-ignorable ones outside the hidden categories): the
+#: combining grapheme joiner, Khmer inherent vowels, Mongolian and other variation selectors.
+#: Each may follow any character, so a run of them would carry data a person cannot see.
+_INVISIBLE_MARKS = frozenset("\u034f\u17b4\u17b5\u180b\u180c\u180d\u180f") | frozenset(
+    map(chr, [*range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)])
+)
+_DRAW_NOTHING = _BLANK | _INVISIBLE_MARKS
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 #: Combining marks shown on one character; more are escaped.
 _MARKS = 2
@@ -44,7 +51,7 @@ def _visible(char: str) -> str:
         return char
     if char in _SHORT:
         return _SHORT[char]
-    if char not in _BLANK and unicodedata.category(char) not in _HIDDEN_CATEGORIES:
+    if char not in _DRAW_NOTHING and unicodedata.category(char) not in _HIDDEN_CATEGORIES:
         return char
     return _escaped(char)
 
