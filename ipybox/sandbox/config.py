@@ -331,16 +331,41 @@ def _device_grant(config: dict[str, Any]) -> devices.DeviceGrant:
         raise SandboxError(str(e)) from None
 
 
-def _launcher(config: dict[str, Any], grant: devices.DeviceGrant, path: Path) -> str | None:
+def _launcher(
+    config: dict[str, Any], grant: devices.DeviceGrant, path: Path, binds: Sequence[str] = ()
+) -> str | None:
     """Write the bubblewrap launcher (see `ipybox.sandbox.launcher`) for a sandbox with `grant`'s
-    devices to `path`; its path for the policy's `bwrapPath` (None off Linux: no bubblewrap).
-    A policy's own `bwrapPath` names the bubblewrap it runs."""
+    devices and the extra `binds` to `path`; its path for the policy's `bwrapPath` (None off
+    Linux: no bubblewrap). A policy's own `bwrapPath` names the bubblewrap it runs."""
     if platform.system() != "Linux":
         return None
     bwrap = config.get("bwrapPath") or which("bwrap")
     if not bwrap:
         raise SandboxError("Sandboxing needs bwrap (package bubblewrap), which is not installed.")
-    return str(write_launcher(path, os.path.abspath(bwrap), grant.flags, grant.env))
+    return str(write_launcher(path, os.path.abspath(bwrap), [*binds, *grant.flags], grant.env))
+
+
+def _literal_binds(policy: dict[str, Any], kept: Sequence[Path]) -> list[str]:
+    """Read-only binds for the `kept` paths that srt would not protect: srt reads every write rule
+    as a pattern and, on Linux, drops those with glob characters (`*?[]{}`), so a protected path in
+    a folder such as Next.js's `app/[id]/` would stay writable. The launcher binds them read-only
+    after srt's mounts; only those in a folder the policy lets the kernel write (a literal
+    `allowWrite` entry) and not in what it hides, which a bind would show again."""
+    fs = policy.get("filesystem", {})
+    roots = [p for p in fs.get("allowWrite", []) if not _globby(p)]
+    deny_read = [os.path.abspath(os.path.expanduser(p)) for p in fs.get("denyRead", []) if p != "/"]
+    hidden = [p for p in deny_read if not _globby(p)]
+    patterns = [p for p in deny_read if _globby(p)]
+    binds: list[str] = []
+    for path in dict.fromkeys(Path(p).absolute() for p in kept):
+        text = str(path)
+        if not _globby(text) or not reads.within(text, roots) or reads.within(text, hidden):
+            continue
+        if any(fnmatch.fnmatchcase(str(p), pattern) for p in (path, *path.parents) for pattern in patterns):
+            continue
+        if os.path.lexists(text):
+            binds += ["--ro-bind", text, text]
+    return binds
 
 
 def sandbox_command(
@@ -395,7 +420,8 @@ def sandbox_command(
         workspace=workspace,
         readable=[*readable, *grant.readable],
     )
-    if (launcher := _launcher(config, grant, policy_file.with_suffix(".bwrap"))) is not None:
+    binds = _literal_binds(policy, keep)
+    if (launcher := _launcher(config, grant, policy_file.with_suffix(".bwrap"), binds)) is not None:
         policy["bwrapPath"] = launcher
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)

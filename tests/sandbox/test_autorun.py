@@ -330,3 +330,41 @@ def _claude_mcp_list(project: Path, home: Path) -> str:
         env={**os.environ, "HOME": str(home)},
     )
     return done.stdout + done.stderr
+
+
+async def test_protection_holds_in_folders_with_glob_characters(workspace: Path) -> None:
+    """srt reads write rules as patterns and drops those with `*?[]` on Linux; ipybox binds its
+    protected paths there itself. Folders such as Next.js's `app/[id]/`, `pages/*`, `q?` or
+    `venv[1]`: their git config and hooks, editor tasks and Python environments stay read-only,
+    no repository can be made in them, and ordinary files there stay writable."""
+    for folder in ("app/[id]", "app/[...slug]", "q?"):
+        (workspace / folder).mkdir(parents=True)
+    (workspace / "app/[id]/.vscode").mkdir()
+    (workspace / "app/[id]/.vscode/tasks.json").write_text("{}")
+    (workspace / "venv[1]").mkdir()
+    (workspace / "venv[1]/pyvenv.cfg").write_text("home = /usr/bin\n")
+    (workspace / "pages/*").mkdir(parents=True)
+    _git(workspace / "pages/*", "init", "-q")
+    targets = {
+        **{
+            f"{d}/{name}": f"{d}/{name}"
+            for d in ("app/[id]", "app/[...slug]", "q?")
+            for name in (".git/HEAD", "HEAD/x")
+        },
+        "tasks": "app/[id]/.vscode/tasks.json",
+        "pyvenv.cfg": "venv[1]/pyvenv.cfg",
+        "pth": "venv[1]/evil.pth",
+        "git config": "pages/*/.git/config",
+        "git hook": "pages/*/.git/hooks/pre-commit",
+    }
+    code = (
+        f"out = {{k: attempt(lambda t=t: open(t, 'a').write('x')) for k, t in {targets!r}.items()}}\n"
+        "for t in ('app/[id]/page.tsx', 'q?/notes.md', 'pages/*/index.js'):\n"
+        "    out[t] = attempt(lambda: open(t, 'w').write('1'))\n"
+        "print(_json.dumps(out))"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        outcomes = await probe(executor, code)
+    for name in targets:
+        assert not outcomes[name].startswith("ok"), (name, outcomes[name])
+    assert [outcomes[t] for t in ("app/[id]/page.tsx", "q?/notes.md", "pages/*/index.js")] == ["ok: 1"] * 3
