@@ -53,7 +53,6 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     workspace = _workspace(args)
     from ipybox.kernel_mgr.gateway import gateway_option_problem
     from ipybox.mcp_server import ApprovalPolicy, ServerOptions, create_server
-    from ipybox.mcp_server.auth import LocalToken
     from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
 
     approval = ApprovalPolicy.parse(args.approval)  # files named relative to where ipybox started
@@ -67,14 +66,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
         args.sandbox_config = workspace / WORKSPACE_CONFIG
-    limits = ResourceLimits(
-        memory=args.memory_limit,
-        processes=args.process_limit,
-        images=args.max_images,
-        image_bytes=args.max_image_bytes,
-        tool_connections=args.max_tool_connections,
-        tool_buffer=args.max_tool_buffer,
-    )
+    limits = _limits(args)
     if args.kernel_gateway and (problem := gateway_option_problem(args.sandbox, limits)):
         raise ValueError(problem)
     if args.sandbox:
@@ -99,25 +91,40 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     )
     if args.transport == "streamable-http":
         _check_listen(args.host, args.port)  # before the server: a port in use is one clear line
-    server = create_server(options, token_verifier=verifier, auth=auth)
+    return create_server(options, token_verifier=verifier, auth=auth), _runner(args, workspace, verifier)
+
+
+def _limits(args: argparse.Namespace) -> ResourceLimits:
+    return ResourceLimits(
+        memory=args.memory_limit,
+        processes=args.process_limit,
+        images=args.max_images,
+        image_bytes=args.max_image_bytes,
+        tool_connections=args.max_tool_connections,
+        tool_buffer=args.max_tool_buffer,
+    )
+
+
+def _runner(args: argparse.Namespace, workspace: Path, verifier: Any) -> Callable[[Any], None]:
+    """How to run the server on its transport, telling the person who started it where it serves."""
+    from ipybox.mcp_server.auth import LocalToken
+
     if args.transport == "stdio":
         if sys.stdin.isatty():  # started by hand: say what it waits for, as no client will
             _say(
                 f"MCP server on stdio for the workspace {workspace}: MCP clients start this command "
                 "and speak JSON-RPC on its stdin; Ctrl-C stops it"
             )
-        return server, lambda s: s.run("stdio")
+        return lambda s: s.run("stdio")
 
     def serve(s: Any) -> None:
+        url = _url(args.host, args.port)
+        _say(f"serving MCP at {url} for the workspace {workspace}; Ctrl-C stops it")
         if isinstance(verifier, LocalToken):
             _announce_token(verifier, _public_url(args))
-        else:
-            _say(
-                f"serving MCP at {_url(args.host, args.port)} for the workspace {workspace}; Ctrl-C stops it"
-            )
         s.run("streamable-http", host=args.host, port=args.port)
 
-    return server, serve
+    return serve
 
 
 def _say(line: str) -> None:
@@ -264,7 +271,7 @@ def _announce_token(verifier: Any, url: str) -> None:
     """Tell the user, on stderr, how clients send the server's own token."""
     header = f"Authorization: Bearer {verifier.token}"
     sys.stderr.write(
-        f"ipybox: serving {url}; clients must send the header\n"
+        f"ipybox: clients of {url} must send the header\n"
         f"  {header}\n"
         f"(the token is kept in {verifier.path}, readable by this user only). Claude Code:\n"
         f'  claude mcp add --transport http ipybox {url} --header "{header}"\n'

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ipybox._programs import which
+from ipybox.sandbox import reads
 
 logger = logging.getLogger(__name__)
 
@@ -111,11 +112,7 @@ def scan(
             found.directories.append(folder)
         else:
             found.truncated = True
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
+        for entry in reads.entries_of(folder):
             path = Path(entry.path)
             if entry.name in AUTORUN_NAMES:
                 found.protected.append(path)

@@ -420,17 +420,21 @@ def sandbox_command(
         workspace=workspace,
         readable=[*readable, *grant.readable],
     )
-    binds = _literal_binds(policy, keep)
-    if (launcher := _launcher(config, grant, policy_file.with_suffix(".bwrap"), binds)) is not None:
+    launcher = _launcher(config, grant, policy_file.with_suffix(".bwrap"), _literal_binds(policy, keep))
+    if launcher is not None:
         policy["bwrapPath"] = launcher
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
+    return _srt_command(srt, policy_file, workspace)
+
+
+def _srt_command(srt: str, policy_file: Path, workspace: Path) -> list[str]:
+    """srt with `policy_file`, run from the runtime dir that holds it; the kernel in `workspace`."""
+    runtime = policy_file.parent.absolute()
     env = which("env") or "/usr/bin/env"
     in_dir = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"']
-    return [*in_dir, str(runtime), env, f"TMPDIR={srt_tmp}", srt, "--settings", str(policy_file), "--"] + [
-        *in_dir,
-        str(workspace),
-    ]
+    settings = [srt, "--settings", str(policy_file), "--"]
+    return [*in_dir, str(runtime), env, f"TMPDIR={runtime / 'srt'}", *settings, *in_dir, str(workspace)]
 
 
 #: Placeholders held by each executor, by its runtime dir.
@@ -504,18 +508,27 @@ def _protect_writable(
             standins |= {root / ".env": "dir", root / WORKSPACE_CONFIG: "dir"}
     standins |= dict.fromkeys(user_denied, "dir")
     standins |= {path: "file" for path in keep}
+    found += _make_standins(standins, roots, placeholders)
+    fs["allowWrite"] = [*fs.get("allowWrite", []), *(str(p) for p in pins)]
+    return [*found, *standins]
+
+
+def _make_standins(
+    standins: dict[Path, str], roots: Sequence[Path], placeholders: Placeholders
+) -> list[Path]:
+    """Make a placeholder for the first missing part of each of `standins` (path: kind) that lies in
+    one of `roots`, never through a link (a kernel may have planted one there); the paths made."""
+    made = []
     for path, kind in standins.items():
         missing = _first_missing(path)
-        # never through a link (a kernel may have planted one in a writable dir)
         if (
             missing is not None
             and reads.within(missing, roots)
             and os.path.realpath(missing.parent) == str(missing.parent)
         ):
             placeholders.ensure(missing, kind if missing == path else "dir")
-            found.append(missing)
-    fs["allowWrite"] = [*fs.get("allowWrite", []), *(str(p) for p in pins)]
-    return [*found, *standins]
+            made.append(missing)
+    return made
 
 
 def _read_denied(folder: Path, deny_read: Sequence[str]) -> bool:

@@ -228,11 +228,7 @@ def hidden_below(folder: Path, keep: Iterable[Path], limit: int = MAX_READ_DIRS)
             )
             break
         searched += 1
-        try:
-            entries = sorted(os.scandir(current), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
+        for entry in entries_of(current):
             path = Path(entry.path)
             if within(path, keep):
                 continue  # named by the policy or needed by the kernel: its own rules apply
@@ -241,6 +237,15 @@ def hidden_below(folder: Path, keep: Iterable[Path], limit: int = MAX_READ_DIRS)
             elif entry.name not in _NOT_SEARCHED and entry.is_dir(follow_symlinks=False):
                 pending.append(path)
     return found
+
+
+def entries_of(folder: Path | str) -> list[os.DirEntry[str]]:
+    """The entries of `folder` by name (none if it cannot be listed), for the walks that look
+    for what to protect or hide."""
+    try:
+        return sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
 
 
 def within(path: Path | str, roots: Iterable[Path | str]) -> bool:
