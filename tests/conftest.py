@@ -1,3 +1,4 @@
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -6,6 +7,12 @@ import pytest
 from ipybox import CodeExecutor
 
 pytest_plugins = ["servers.attacker"]  # the `attacker` fixture: an HTTP server that records requests
+
+# Started with Ctrl-C ignored (in the background, under nohup, by some CI launchers), the suite
+# would pass that on to every program a test starts: the tests that press Ctrl-C rely on its
+# default. A handler of our own is reset to the default in the programs we start.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
