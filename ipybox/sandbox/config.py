@@ -363,7 +363,8 @@ def _literal_binds(policy: dict[str, Any], kept: Sequence[Path]) -> list[str]:
             continue
         if any(fnmatch.fnmatchcase(str(p), pattern) for p in (path, *path.parents) for pattern in patterns):
             continue
-        if os.path.lexists(text):
+        # never a link (a kernel may have planted one): bubblewrap would bind what it names
+        if os.path.lexists(text) and os.path.realpath(text) == text:
             binds += ["--ro-bind", text, text]
     return binds
 

@@ -368,3 +368,22 @@ async def test_protection_holds_in_folders_with_glob_characters(workspace: Path)
     for name in targets:
         assert not outcomes[name].startswith("ok"), (name, outcomes[name])
     assert [outcomes[t] for t in ("app/[id]/page.tsx", "q?/notes.md", "pages/*/index.js")] == ["ok: 1"] * 3
+
+
+async def test_links_in_folders_with_glob_characters_open_nothing(workspace: Path, tmp_path: Path) -> None:
+    """A kernel's link named like a protected path (`app/[id]/.git` to a hidden folder of the
+    host) is not bound by the launcher: the next kernel reads nothing through it."""
+    secret = tmp_path / "outside"
+    secret.mkdir()
+    (secret / "key").write_text("secret\n")
+    (workspace / "app/[id]").mkdir(parents=True)
+    (workspace / "app/[id]/.git").symlink_to(secret)
+    (workspace / "app/[id]/.vscode").symlink_to(secret)
+    code = (
+        "targets = ('app/[id]/.git/key', 'app/[id]/.vscode/key')\n"
+        "out = {t: attempt(lambda t=t: open(t).read()) for t in targets}\n"
+        "print(_json.dumps(out))"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        outcomes = await probe(executor, code)
+    assert all(not o.startswith("ok") for o in outcomes.values()), outcomes
