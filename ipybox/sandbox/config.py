@@ -271,7 +271,13 @@ def srt_executable(path: str | None = None) -> str:
 
     Tools are looked up on the absolute entries of `path` (default: `PATH`).
     """
-    srt = os.environ.get("IPYBOX_SRT") or which("srt", path)
+    named = os.environ.get("IPYBOX_SRT")
+    if named and not (os.path.isabs(named) and os.path.isfile(named) and os.access(named, os.X_OK)):
+        raise SandboxError(
+            f"IPYBOX_SRT={named!r} is not an executable file given by its absolute path; point it "
+            "at srt (e.g. the output of `command -v srt`), or unset it to use the srt on PATH."
+        )
+    srt = named or which("srt", path)
     missing = [] if srt else ["srt (npm install -g @anthropic-ai/sandbox-runtime@0.0.78)"]
     needed = {"Linux": ("bwrap", "socat", "rg"), "Darwin": ("rg",)}.get(platform.system(), ())
     packages = {"bwrap": "bubblewrap", "socat": "socat", "rg": "ripgrep"}

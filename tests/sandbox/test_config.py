@@ -281,3 +281,20 @@ def test_placeholders_are_shared_and_removed_by_their_last_holder(tmp_path: Path
         os.close(fd)
     sweep(locks)
     assert not (workspace / ".claude").exists()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("value", ["/nonexistent/srt", "srt", "{dir}", "{file}"])
+async def test_wrong_ipybox_srt_is_named_before_anything_starts(
+    workspace: Path, tmp_path: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """A missing, relative, directory or non-executable IPYBOX_SRT stops the start with its value."""
+    (tmp_path / "not-executable").write_text("#!/bin/sh\n")
+    value = value.format(dir=tmp_path, file=tmp_path / "not-executable")
+    monkeypatch.setenv("IPYBOX_SRT", value)
+    watch = ProcessWatch()
+    with pytest.raises(SandboxError, match="IPYBOX_SRT=") as info:
+        async with CodeExecutor(sandbox=True, working_dir=workspace):
+            pytest.fail("the executor started")
+    assert repr(value) in str(info.value) and "unset it" in str(info.value)
+    _no_trace(watch, private_tmp)
