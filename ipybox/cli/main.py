@@ -120,6 +120,11 @@ def _runner(args: argparse.Namespace, workspace: Path, verifier: Any) -> Callabl
     def serve(s: Any) -> None:
         url = _url(args.host, args.port)
         _say(f"serving MCP at {url} for the workspace {workspace}; Ctrl-C stops it")
+        if verifier is not None and args.public_url is None and args.host in ("0.0.0.0", "::"):
+            _say(
+                f"warning: the 401 answer tells clients to authenticate for {_public_url(args)}, an "
+                "address they cannot reach; pass --public-url with the URL clients use"
+            )
         if isinstance(verifier, LocalToken):
             _announce_token(verifier, _public_url(args))
         s.run("streamable-http", host=args.host, port=args.port)

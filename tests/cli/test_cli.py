@@ -320,3 +320,35 @@ def test_sandbox_gpus_fail_before_serving_where_there_is_none_or_no_sandbox(tmp_
     ]:
         result = ipybox("--workspace", workspace, *args, cwd=tmp_path)
         assert result.returncode != 0 and said in result.stderr, result.stderr
+
+
+def test_serving_every_address_without_public_url_says_to_set_it(tmp_path: Path) -> None:
+    """On 0.0.0.0 the 401 challenge would name an address no client can reach: ipybox says so."""
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("alice " + "a" * 40 + "\n")
+    port = _free_port()
+    args = [
+        "--transport",
+        "streamable-http",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+        "--auth-tokens",
+        str(tokens),
+    ]
+    with subprocess.Popen(
+        [str(IPYBOX), "--workspace", str(tmp_path / "ws"), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stderr is not None
+        try:
+            lines = [process.stderr.readline(), process.stderr.readline()]
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    assert lines[0].startswith(f"ipybox: serving MCP at http://0.0.0.0:{port}/mcp"), lines
+    assert "warning" in lines[1] and "--public-url" in lines[1], lines
