@@ -20,6 +20,10 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text).replace("\r\n", "\n")
 
 
+#: What the marker says where the output limit dropped characters from the middle of a cell's output.
+DROPPED_MARK = "characters of output dropped here"
+
+
 @dataclass
 class KernelEvent:
     """Something a running cell produced: a stream chunk, display text or an image."""
@@ -135,9 +139,7 @@ class OutputBuffer:
     def text(self) -> str:
         marker = ""
         if self.dropped:
-            marker = (
-                f"\n[... {self.dropped} characters of output dropped here (output limit {self._limit}) ...]\n"
-            )
+            marker = f"\n[... {self.dropped} {DROPPED_MARK} (output limit {self._limit}) ...]\n"
         text = ("".join(self._head) + marker + "".join(self._tail)).rstrip()
         if note := self.images_note():
             text = f"{text}\n{note}" if text else note

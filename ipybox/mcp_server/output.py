@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ipybox import _safe_fs
+from ipybox.kernel_mgr.output import DROPPED_MARK
 
 _SPILLED = re.compile(r"output-[0-9a-f]{12}\.txt")
 
@@ -50,7 +51,9 @@ def truncate(
     head = max(limit // 2, 0)
     tail = max(limit - head, 0)
     cut = len(text) - head - tail
-    marker = f"\n\n[... {cut} of {len(text)} characters cut; full output saved to {spill_dir / name} ...]\n\n"
+    # output the kernel's limit already cut in the middle is saved as it reached ipybox, not whole
+    what = "the output as kept (past the output limit)" if DROPPED_MARK in text else "full output"
+    marker = f"\n\n[... {cut} of {len(text)} characters cut; {what} saved to {spill_dir / name} ...]\n\n"
     return text[:head] + marker + (text[-tail:] if tail else "")
 
 

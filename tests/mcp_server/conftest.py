@@ -38,7 +38,10 @@ requires_node = pytest.mark.skipif(
     not (NODE_BIN / "mcp-server-everything").exists(), reason="node MCP test servers not installed"
 )
 
-TRUNCATION_MARKER = re.compile(r"\[\.\.\. (\d+) of (\d+) characters cut; full output saved to (\S+) \.\.\.\]")
+TRUNCATION_MARKER = re.compile(
+    r"\[\.\.\. (\d+) of (\d+) characters cut; (?:full output|the output as kept \(past the output limit\)) "
+    r"saved to (\S+) \.\.\.\]"
+)
 
 
 def server_env(state_dir: Path, **extra: str) -> dict[str, str]:
