@@ -138,6 +138,7 @@ def test_a_sandboxed_kernel_is_told_where_to_install_instead(tmp_path: Path) -> 
     for output in outputs:
         assert "pip: this kernel cannot write to its Python environment" in output
         assert "install_package" in output
+        assert "restart the kernel" not in output  # nothing was installed, nothing to restart for
     assert not list((tmp_path / "env").rglob("probe_four/__init__.py"))
 
 

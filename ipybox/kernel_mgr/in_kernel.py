@@ -275,7 +275,8 @@ install | uninstall)
         echo "pip: this kernel cannot write to its Python environment ($site)." \\
             "A sandboxed kernel may write only its working directory and reach only the network" \\
             "its policy allows: install the package outside the kernel (into the environment" \\
-            "ipybox runs in, or with the ipybox MCP server's install_package tool), then reset." >&2
+            "ipybox runs in, or with the ipybox MCP server's install_package tool), then import it" \\
+            "(reset only if this kernel had imported an older version of it)." >&2
         exit 1
     fi
     ;;
@@ -322,7 +323,8 @@ def _pip_for_this_python(shell: Any) -> None:
 
     def pip(line: str) -> None:
         shell.system(f"pip {line}")  # the shim, first on PATH; an approval shows `pip install x`
-        sys.stdout.write("Note: restart the kernel (reset) to use updated packages it had imported.\n")
+        if shell.user_ns.get("_exit_code") == 0:  # nothing changed when pip failed
+            sys.stdout.write("Note: restart the kernel (reset) to use updated packages it had imported.\n")
 
     shell.register_magic_function(pip, "line", "pip")
 
