@@ -278,8 +278,7 @@ class Tools:
         await run.decide(request, accepted, f"user ({shown(run.principal)}) through the client", why)
 
     async def install_package(self, package_name: str, ctx: Context[Any, Any]) -> str:
-        """Install a package into the kernel's environment, with network access (the sandboxed kernel has
-        none): a requirement such as "numpy>=1.26" or "git+https://...". Use it instead of !pip install."""
+        """Install a package for the kernel, with network: "numpy>=1.26" or "git+https://..." (not !pip)."""
         who = principal()
         self._workspace(who)
         return await self._install(package_name, who)
