@@ -154,10 +154,10 @@ def test_port_in_use_fails_with_a_message(tmp_path: Path) -> None:
     assert "address already in use" in lines[0].lower() and "--port" in lines[0]
 
 
-def test_http_server_says_where_it_listens(tmp_path: Path) -> None:
-    port = _free_port()
+def _first_lines(args: list[str], count: int) -> list[str]:
+    """The first `count` lines a started `ipybox ARGS` writes on stderr; it is stopped after."""
     with subprocess.Popen(
-        [str(IPYBOX), "--workspace", str(tmp_path), "--transport", "streamable-http", "--port", str(port)],
+        [str(IPYBOX), *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -165,10 +165,17 @@ def test_http_server_says_where_it_listens(tmp_path: Path) -> None:
     ) as process:
         assert process.stderr is not None
         try:
-            first = process.stderr.readline()
+            return [process.stderr.readline() for _ in range(count)]
         finally:
             process.terminate()
             process.wait(timeout=30)
+
+
+def test_http_server_says_where_it_listens(tmp_path: Path) -> None:
+    port = _free_port()
+    [first] = _first_lines(
+        ["--workspace", str(tmp_path), "--transport", "streamable-http", "--port", str(port)], 1
+    )
     assert first.startswith(f"ipybox: serving MCP at http://127.0.0.1:{port}/mcp for the workspace "), first
 
 
@@ -337,18 +344,6 @@ def test_serving_every_address_without_public_url_says_to_set_it(tmp_path: Path)
         "--auth-tokens",
         str(tokens),
     ]
-    with subprocess.Popen(
-        [str(IPYBOX), "--workspace", str(tmp_path / "ws"), *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
-        assert process.stderr is not None
-        try:
-            lines = [process.stderr.readline(), process.stderr.readline()]
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+    lines = _first_lines(["--workspace", str(tmp_path / "ws"), *args], 2)
     assert lines[0].startswith(f"ipybox: serving MCP at http://0.0.0.0:{port}/mcp"), lines
     assert "warning" in lines[1] and "--public-url" in lines[1], lines
