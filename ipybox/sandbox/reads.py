@@ -79,12 +79,22 @@ def _environment() -> list[str]:
     """The interpreter's prefixes, install paths (`sysconfig`) and site directories."""
     prefixes = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
     prefixes.add(str(Path(os.path.realpath(sys.executable)).parent.parent))
-    paths = [*sorted(prefixes), *sysconfig.get_paths().values(), *site.getsitepackages()]
+    paths = [*sorted(prefixes), *_version_manager(), *sysconfig.get_paths().values(), *site.getsitepackages()]
     if site.ENABLE_USER_SITE:
         paths.append(site.getusersitepackages())
     # archives (the stdlib's zip) and site directories named on the import path
     paths += [p for p in sys.path[1:] if os.path.isfile(p) or Path(p).name in _SITE_DIR_NAMES]
     return [str(Path(p).absolute()) for p in dict.fromkeys(paths) if p]
+
+
+def _version_manager() -> list[str]:
+    """The folder of the version manager the interpreter came from (pyenv: `ROOT/versions/X`):
+    the `pip` and `python` a user's PATH finds are its shims, which run its scripts from there."""
+    versions = Path(sys.base_prefix).parent
+    root = versions.parent
+    if versions.name == "versions" and (root / "shims").is_dir():
+        return [str(root)]
+    return []
 
 
 #: Names of the directories packages are installed into.
