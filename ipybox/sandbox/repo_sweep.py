@@ -1,0 +1,395 @@
+"""Repositories a sandboxed kernel makes in a writable directory, disarmed on the host.
+
+git takes any directory holding a `HEAD` (with `objects/` and `refs/`) for a git directory, and
+a `.git` file or directory for the way to one; run there on the host (by the user, a shell
+prompt, an editor), it reads that repository's `config` and runs what it names (`core.fsmonitor`,
+`core.pager`, `core.hooksPath`, filters, aliases, includes, ...) and its `hooks/`. Mounts cannot
+keep a kernel from making one in a directory of its own (see `ipybox.sandbox.autorun` for the
+directories that existed), so ipybox looks for them from the host instead: while a sandbox runs
+(every `interval` seconds, more rarely in large trees) and once more after its kernels ended, it
+walks the kernel's writable directories for git directories that the kernel made or changed.
+In each, it keeps what git needs to work and what is data (objects, refs, remotes, branches,
+the repository format) and disables what git would run: a `config` holding any other setting
+is renamed `config.ipybox-disabled` and replaced by its safe settings, a `hooks/` holding a
+live hook (a name without `.sample`) is renamed `hooks.ipybox-disabled`. An agent's
+`git clone` or `git init` is left as it is; a repository whose settings run programs keeps
+working without them.
+
+A git directory is the kernel's if the sandbox did not keep it read-only (the existing ones
+are, see `ipybox.sandbox.autorun`) and it, its `config`, `hooks/` or `commondir` changed
+since the sandbox started (their inode change time, which no program can set back).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import re
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from ipybox._programs import which
+
+logger = logging.getLogger(__name__)
+
+#: At most this many directories of each writable directory are looked at per sweep
+#: (`node_modules` trees last).
+MAX_SWEPT = 20_000
+
+#: Settings of a kernel's repository that are kept: data git needs (format, remotes, branches,
+#: identity), none of which names a program to run or a file to read settings from.
+_SAFE_SETTING = re.compile(
+    r"core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|precomposeunicode"
+    r"|symlinks|autocrlf|eol|safecrlf|checkstat|trustctime|sparsecheckout|sparsecheckoutcone"
+    r"|untrackedcache|splitindex|commitgraph|multipackindex|abbrev|quotepath)"
+    r"|extensions\.[a-z0-9-]+"
+    r"|remote\..*\.(url|pushurl|fetch|push|tagopt|mirror|prune|prunetags|promisor|partialclonefilter)"
+    r"|branch\..*\.(remote|pushremote|merge|rebase|description)"
+    r"|submodule\..*\.(url|active|branch)"
+    r"|user\.(name|email)|init\.defaultbranch|pull\.(rebase|ff)|fetch\.prune|gc\.auto|index\.version"
+    r"|lfs\.repositoryformatversion",
+    re.DOTALL,
+)
+
+#: Files and directories of a git directory whose change marks it as changed by the kernel.
+_WATCHED = ("config", "config.worktree", "hooks", "commondir")
+
+#: Parts of a git directory not walked: objects and refs are data, never settings.
+_DATA = frozenset(("objects", "refs", "logs"))
+
+_DISABLED = ".ipybox-disabled"
+
+#: Slack on the start time: file times come from a clock that may lag the one read here.
+_SLACK_NS = 1_000_000_000
+
+
+class RepoSweep:
+    """Finds and disarms the repositories kernels make in `roots` (absolute directories); the
+    `read_only` paths (the sandbox keeps them read-only) are neither walked nor touched."""
+
+    def __init__(
+        self, roots: Iterable[Path] = (), read_only: Iterable[Path] = (), interval: float = 1.0
+    ) -> None:
+        self.since_ns = time.time_ns() - _SLACK_NS
+        self.interval = interval
+        self._roots: dict[str, None] = {}
+        self._read_only: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._checked: dict[str, tuple[int, ...]] = {}  # git dir: the state it was last made safe in
+        self.add(roots, read_only)
+
+    def add(self, roots: Iterable[Path], read_only: Iterable[Path]) -> None:
+        """Also watch `roots`, and leave the `read_only` paths alone."""
+        with self._lock:
+            self._roots |= dict.fromkeys(os.path.realpath(r) for r in roots)
+            for path in read_only:  # as named (a link, say) and where it leads
+                self._read_only |= {os.path.abspath(path), os.path.realpath(path)}
+
+    def start(self) -> None:
+        """Sweep in a background thread until `finish()`."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ipybox-repo-sweep", daemon=True)
+            self._thread.start()
+
+    def finish(self) -> list[Path]:
+        """Stop the background sweeps and sweep once more (call when the kernels have ended)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        return self.sweep()
+
+    def sweep(self) -> list[Path]:
+        """Disarm every git directory the kernels made or changed; the ones disarmed now."""
+        with self._lock:
+            disarmed = []
+            for git_dir in dict.fromkeys(self._git_dirs()):
+                if self._theirs(git_dir) and _disarm(git_dir):
+                    disarmed.append(Path(git_dir))
+                self._checked[git_dir] = _state(git_dir)
+            return disarmed
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            began = time.monotonic()
+            try:
+                self.sweep()
+            except Exception:  # never let the thread die: the final sweep still comes
+                logger.exception("sweeping the sandbox's writable directories for repositories failed")
+            # a large tree is swept more rarely: at most about 5% of a core
+            self.interval = max(self.interval, 20 * (time.monotonic() - began))
+
+    def _git_dirs(self) -> Iterator[str]:
+        """Every git directory in the roots (walked breadth first, without following links), and
+        where each `.git` file or link and `commondir` there points to, if in a root."""
+        for root in self._roots:
+            pending, later = deque([root]), deque[str]()
+            walked = 0
+            while (pending or later) and walked < MAX_SWEPT:
+                folder = pending.popleft() if pending else later.popleft()
+                walked += 1
+                try:
+                    entries = list(os.scandir(folder))
+                except OSError:
+                    continue
+                names = {e.name: e for e in entries}
+                head = names.get("HEAD")
+                git_dir = head is not None and not head.is_dir(follow_symlinks=False)
+                if git_dir:
+                    yield folder
+                    yield from self._within_roots(_pointed_to(folder, "commondir"))
+                dot_git = names.get(".git")
+                if dot_git is not None and not dot_git.is_dir(follow_symlinks=False):
+                    yield from self._within_roots(_pointed_to(folder, ".git"))
+                for entry in entries:
+                    if entry.path in self._read_only or (git_dir and entry.name in _DATA):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        (later if entry.name == "node_modules" else pending).append(entry.path)
+            if walked >= MAX_SWEPT and root not in _told:
+                _told.add(root)
+                logger.warning("%s: only the first %d directories are swept for repositories", root, walked)
+
+    def _within_roots(self, path: str | None) -> list[str]:
+        if path is None or not any(path == r or path.startswith(r.rstrip("/") + "/") for r in self._roots):
+            return []
+        return [path]
+
+    def _theirs(self, git_dir: str) -> bool:
+        """Whether the kernels may have written `git_dir` and did, since the sandbox started."""
+        if any(git_dir == p or git_dir.startswith(p + "/") for p in self._read_only):
+            return False
+        state = _state(git_dir)
+        if self._checked.get(git_dir) == state:
+            return False  # as it was when last looked at
+        return any(t >= self.since_ns for t in state[1::2])
+
+
+_told: set[str] = set()  # roots whose unswept directories were logged
+
+
+def _state(git_dir: str) -> tuple[int, ...]:
+    """Inode and change time of `git_dir` and of what in it git reads settings or runs programs
+    from (0, 0 where missing)."""
+    state: list[int] = []
+    for path in [git_dir, *(os.path.join(git_dir, name) for name in _WATCHED)]:
+        try:
+            info = os.lstat(path)
+            state += [info.st_ino, info.st_ctime_ns]
+        except OSError:
+            state += [0, 0]
+    return tuple(state)
+
+
+def _pointed_to(folder: str, name: str) -> str | None:
+    """The real path of what `folder/name` names: a link's target, or the directory a `.git` file
+    (`gitdir: ...`) or `commondir` file names, relative to `folder` (None if it names none)."""
+    path = os.path.join(folder, name)
+    try:
+        if os.path.islink(path):
+            return os.path.realpath(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            text = os.read(fd, 4096).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    if name == ".git":
+        if not text.startswith("gitdir:"):
+            return None
+        text = text.removeprefix("gitdir:").strip()
+    return os.path.realpath(os.path.join(folder, text)) if text else None
+
+
+def _disarm(git_dir: str) -> bool:
+    """Disable what git would run from `git_dir` (see the module's docstring); whether it had any."""
+    try:
+        fd = os.open(git_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False  # gone, or replaced by a link: the next sweep finds where it went
+    try:
+        if os.path.realpath(f"/proc/self/fd/{fd}") != git_dir:
+            return False  # a folder on the way was swapped for a link meanwhile
+        done = [_disarm_config(fd, name) for name in ("config", "config.worktree")]
+        done.append(_disarm_hooks(fd))
+    finally:
+        os.close(fd)
+    if any(done):
+        logger.warning(
+            "ipybox disabled settings and hooks that a sandboxed kernel wrote into the git repository %r "
+            "(git would have run them on this machine); what was there is kept beside them as *%s",
+            git_dir,
+            _DISABLED,
+        )
+    return any(done)
+
+
+def _disarm_config(dir_fd: int, name: str) -> bool:
+    """Replace the config file `name` in the git directory `dir_fd` by its safe settings, if it
+    has others (or is not a regular file, or git cannot read it); whether it did."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        fd = None  # a link, say: not read, disabled whole
+    text = None
+    if fd is not None:
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                text = _read_all(fd)
+        finally:
+            os.close(fd)
+    settings = _settings(text) if text is not None else None
+    if settings is not None and all(_SAFE_SETTING.fullmatch(key) for key, _ in settings):
+        return False
+    os.replace(name, name + _DISABLED, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    if settings:
+        _write_new(dir_fd, name, _config_text([(k, v) for k, v in settings if _SAFE_SETTING.fullmatch(k)]))
+    return True
+
+
+def _disarm_hooks(dir_fd: int) -> bool:
+    """Rename `hooks/` aside if it holds a live hook or is not a plain directory; whether it did."""
+    try:
+        info = os.lstat("hooks", dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(info.st_mode):
+        fd = os.open("hooks", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        try:
+            if all(name.endswith(".sample") for name in os.listdir(fd)):
+                return False
+        finally:
+            os.close(fd)
+    with contextlib.suppress(OSError):  # an earlier one: keep the latest
+        _remove_tree(dir_fd, "hooks" + _DISABLED)
+    os.replace("hooks", "hooks" + _DISABLED, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    return True
+
+
+def _remove_tree(dir_fd: int, name: str) -> None:
+    """Remove `name` in `dir_fd` and what it holds, never following a link."""
+    info = os.lstat(name, dir_fd=dir_fd)
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        for entry in os.listdir(fd):
+            _remove_tree(fd, entry)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
+def _read_all(fd: int, limit: int = 1 << 20) -> bytes:
+    chunks, size = [], 0
+    while size <= limit and (chunk := os.read(fd, 65536)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _settings(text: bytes) -> list[tuple[str, str | None]] | None:
+    """The settings in the config file `text`, read by git itself (what git would see), without
+    following its includes; None if git cannot read them (or is not installed)."""
+    git = which("git")
+    if git is None:
+        return None
+    with tempfile.NamedTemporaryFile(prefix="ipybox-config-") as copy:
+        copy.write(text)
+        copy.flush()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        try:
+            done = subprocess.run(
+                [git, "config", "--file", copy.name, "--no-includes", "--list", "-z"],
+                capture_output=True,
+                timeout=30,
+                env=env,
+                cwd="/",
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    if done.returncode != 0:
+        return None
+    found: list[tuple[str, str | None]] = []
+    for item in done.stdout.decode(errors="surrogateescape").split("\0")[:-1]:
+        key, newline, value = item.partition("\n")
+        found.append((key, value if newline else None))
+    return found
+
+
+def _config_text(settings: list[tuple[str, str | None]]) -> str:
+    """A config file holding `settings` (as `git config --list` names them)."""
+    sections: dict[tuple[str, str | None], list[str]] = {}
+    for key, value in settings:
+        section, _, rest = key.partition(".")
+        sub, dot, name = rest.rpartition(".")
+        line = f"\t{name}" if value is None else f"\t{name} = {_quoted(value)}"
+        sections.setdefault((section, sub if dot else None), []).append(line)
+    lines = [f"# ipybox kept the safe settings of the file a sandboxed kernel wrote (beside: *{_DISABLED})"]
+    for (section, subsection), entries in sections.items():
+        lines.append(f"[{section}]" if subsection is None else f'[{section} "{_escaped(subsection)}"]')
+        lines += entries
+    return "\n".join(lines) + "\n"
+
+
+def _escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _quoted(value: str) -> str:
+    return '"' + _escaped(value).replace("\n", "\\n").replace("\t", "\\t").replace("\b", "\\b") + '"'
+
+
+def _write_new(dir_fd: int, name: str, text: str) -> None:
+    """Write `name` in `dir_fd` anew (never through a link: a new file renamed into place)."""
+    tmp = f".{name}.ipybox-{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp, dir_fd=dir_fd)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+#: The sweep of each sandboxed executor, by its runtime dir.
+_sweeps: dict[Path, RepoSweep] = {}
+
+
+def watch(runtime_dir: Path, roots: Iterable[Path], read_only: Iterable[Path]) -> RepoSweep:
+    """Start sweeping `roots` for the executor with `runtime_dir` (or add to its sweep); call before
+    a kernel of it starts."""
+    sweep = _sweeps.get(runtime_dir)
+    if sweep is None:
+        sweep = _sweeps[runtime_dir] = RepoSweep(roots, read_only)
+        sweep.start()
+    else:
+        sweep.add(roots, read_only)
+    return sweep
+
+
+def finish(runtime_dir: Path) -> list[Path]:
+    """Sweep once more for the executor with `runtime_dir` and stop; call when its kernels ended."""
+    sweep = _sweeps.pop(runtime_dir, None)
+    return sweep.finish() if sweep is not None else []
+
+
+@atexit.register
+def _finish_all() -> None:
+    for runtime_dir in list(_sweeps):
+        with contextlib.suppress(Exception):
+            finish(runtime_dir)

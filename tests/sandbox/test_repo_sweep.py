@@ -1,0 +1,206 @@
+"""Repositories a sandboxed kernel makes where no mount can stop it (new folders, existing folders
+beyond the guarded ones, routes through links, a process that outlives its cell) are disarmed
+from the host: git on the host, run there, never runs what the kernel configured.
+
+Each attack is a shell function that makes a repository whose `core.fsmonitor` (run by
+`git status`), include, common dir or hook (run by `git commit`) touches a marker. The same
+script is first run on the host, where every marker appears (the payloads are live), then by a
+sandboxed kernel: once the sweep has been, git on the host runs in each repository during the
+session and after it, and no marker appears. An agent's ordinary `git clone`/`git init` stays
+as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ipybox import CodeExecutor
+from ipybox.sandbox import autorun, repo_sweep
+
+from .conftest import run, until
+
+pytestmark = [pytest.mark.timeout(180)]
+
+#: bash, with $1 the project to clone, $2 the markers' folder, $3 seconds before the background
+#: attack; run in the project. Each attack leaves a repository whose payload touches $2/NAME.
+PLANT = r"""
+src=$1 m=$2 delay=$3
+fs() { printf 'touch %s/%s; false' "$m" "$1"; }
+bare_layout() {  # a git directory by hand, run as its own work tree
+    mkdir -p "$1/objects" "$1/refs/heads"
+    printf 'ref: refs/heads/main\n' > "$1/HEAD"
+    printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n\tfsmonitor = "%s"\n' \
+        "$(fs "$2")" > "$1/config"
+}
+git_dir_only() {  # the same, but its work tree is wherever a .git file points from
+    mkdir -p "$1/objects" "$1/refs/heads"
+    printf 'ref: refs/heads/main\n' > "$1/HEAD"
+    printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = "%s"\n' "$(fs "$2")" \
+        > "$1/config"
+}
+init_with() { mkdir -p "$1" && git init -q "$1" && git -C "$1" config "$2" "$3"; }
+
+init_with new/init core.fsmonitor "$(fs init)"
+bare_layout new/bare bare
+git clone -q --bare "$src" new/clone.git
+git -C new/clone.git config core.bare false
+git -C new/clone.git config core.worktree .
+git -C new/clone.git config core.fsmonitor "$(fs clone-bare)"
+git_dir_only .store/g gitfile && mkdir -p new/wt && printf 'gitdir: ../../.store/g\n' > new/wt/.git
+init_with tree/t39/leaf core.fsmonitor "$(fs deep-existing)"
+init_with new/real core.fsmonitor "$(fs linked-folder)" && ln -s new/real linked
+git_dir_only .store/g2 dot-git-link && mkdir -p new/sl && ln -s ../../.store/g2 new/sl/.git
+git init -q new/inc && printf '[core]\n\tfsmonitor = "%s"\n' "$(fs include)" > new/inc.cfg
+git -C new/inc config include.path ../../inc.cfg
+mkdir -p .store/common/objects .store/common/refs/heads new/cd/.git
+printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = "%s"\n' "$(fs commondir)" \
+    > .store/common/config
+printf 'ref: refs/heads/main\n' > new/cd/.git/HEAD
+printf '../../../.store/common\n' > new/cd/.git/commondir
+git init -q new/hook && printf '#!/bin/sh\ntouch %s/hook\n' "$m" > new/hook/.git/hooks/pre-commit
+chmod +x new/hook/.git/hooks/pre-commit
+(sleep "$delay"; init_with new/bg core.fsmonitor "$(fs background)") > /dev/null 2>&1 &
+
+# ordinary work: a clone, a repository of one's own, source files
+git clone -q "$src" work/clone
+init_with work/mine user.name agent
+mkdir -p mcpparse gentools && echo 'x = 1' > mcpparse/a.py && echo 'y = 2' > gentools/b.py
+"""
+
+#: Where host git runs after each attack, the command, and the git directory whose disarming
+#: the sweep leaves a trace in.
+CHECKS = {
+    "init": ("new/init", "new/init/.git"),
+    "bare": ("new/bare", "new/bare"),
+    "clone-bare": ("new/clone.git", "new/clone.git"),
+    "gitfile": ("new/wt", ".store/g"),
+    "deep-existing": ("tree/t39/leaf", "tree/t39/leaf/.git"),
+    "linked-folder": ("linked", "new/real/.git"),
+    "dot-git-link": ("new/sl", ".store/g2"),
+    "include": ("new/inc", "new/inc/.git"),
+    "commondir": ("new/cd", ".store/common"),
+    "hook": ("new/hook", "new/hook/.git"),
+    "background": ("new/bg", "new/bg/.git"),
+}
+
+_ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+
+def _project(path: Path) -> Path:
+    """A git project with more folders than are guarded (`tree/t00` ... `tree/t39`, each with a
+    `leaf/`), committed."""
+    for i in range(40):
+        (path / "tree" / f"t{i:02}" / "leaf").mkdir(parents=True)
+        (path / "tree" / f"t{i:02}" / "leaf" / "keep.txt").write_text("tracked\n")
+    git = ["git", "-C", str(path), "-c", "user.name=a", "-c", "user.email=a@example.org"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True, env=_ENV)
+    subprocess.run([*git, "add", "-A"], check=True, env=_ENV)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True, env=_ENV)
+    return path
+
+
+def _host_git(project: Path) -> None:
+    """Run git on the host where each attack left its repository, as a user (or prompt) would."""
+    for name, (cwd, _) in CHECKS.items():
+        if name == "hook":
+            command = ["git", "-c", "user.name=a", "-c", "user.email=a@example.org", "commit", "-q"]
+            command += ["--allow-empty", "-m", "x"]
+        else:
+            command = ["git", "status", "--short"]
+        subprocess.run(command, cwd=project / cwd, capture_output=True, env=_ENV, timeout=60)
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=_ENV)
+    return done.stdout.strip()
+
+
+def _ran(markers: Path) -> set[str]:
+    return {p.name for p in markers.iterdir()} if markers.exists() else set()
+
+
+def _expected() -> set[str]:
+    # a user who set safe.bareRepository=explicit has git ignore the bare ones anyway
+    return set(CHECKS) - (set() if autorun.bare_repositories_allowed() else {"bare", "clone-bare"})
+
+
+def test_the_attacks_run_code_on_the_host_without_ipybox(tmp_path: Path) -> None:
+    """The control: planted by a process on the host, every payload runs on git's next use."""
+    project, markers = _project(tmp_path / "project"), tmp_path / "markers"
+    markers.mkdir()
+    plant = ["bash", "-e", "-c", PLANT, "plant", str(project), str(markers), "0"]
+    subprocess.run(plant, cwd=project, check=True)
+    background = project / "new" / "bg" / ".git" / "config"
+    for _ in range(600):  # a polling limit for the background attack (no delay here)
+        if background.exists() and "fsmonitor" in background.read_text():
+            break
+        time.sleep(0.05)
+    _host_git(project)
+    assert _ran(markers) >= _expected()
+
+
+@pytest.mark.usefixtures("srt_available")
+async def test_repositories_the_kernel_makes_run_nothing_on_the_host(tmp_path: Path) -> None:
+    """Every attack succeeds inside the sandbox (nothing there stops a new repository), and is
+    disarmed by the sweep while the kernel runs (the background one after its cell ended) and
+    still after the session; the agent's own clone and repository stay as they were."""
+    project, markers = _project(tmp_path / "project"), tmp_path / "markers"
+    markers.mkdir()
+    code = (
+        "import subprocess\n"
+        f"done = subprocess.run(['bash', '-e', '-c', {PLANT!r}, 'plant', '.', {str(markers)!r}, '2'],"
+        " capture_output=True, text=True)\n"
+        "print(done.returncode, repr(done.stderr[-2000:]))"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=project, spare_kernel=False) as executor:
+        assert (await run(executor, code)).startswith("0 "), "the attacks did not run in the sandbox"
+
+        def disarmed() -> bool:
+            return all(
+                any((project / git_dir / f"{part}.ipybox-disabled").exists() for part in ("config", "hooks"))
+                for git_dir in (v[1] for v in CHECKS.values())
+            )
+
+        await until(disarmed, timeout=60)
+        _host_git(project)
+        assert _ran(markers) == set(), "git on the host ran a kernel's payload during the session"
+    _host_git(project)
+    assert _ran(markers) == set(), "git on the host ran a kernel's payload after the session"
+    # ordinary work: untouched, and usable from the host
+    for repo in ("work/clone", "work/mine"):
+        assert not list((project / repo / ".git").glob("*.ipybox-disabled")), repo
+    head = _git(project, "rev-parse", "HEAD")
+    assert _git(project / "work/clone", "rev-parse", "HEAD") == head
+    assert _git(project / "work/mine", "config", "user.name") == "agent"
+    assert (project / "mcpparse" / "a.py").read_text() == "x = 1\n"
+    # the disarmed repositories keep their data: the bare clone still has its remote and commits
+    assert _git(project / "new/clone.git", "config", "remote.origin.url") == f"{project}/."
+    assert _git(project / "new/clone.git", "rev-parse", "HEAD") == head
+
+
+def test_kept_settings_survive_being_written_again(tmp_path: Path) -> None:
+    """The safe settings are written back as git reads them, whatever characters they hold;
+    the rest goes."""
+    settings = [
+        ("core.bare", "false"),
+        ("core.logallrefupdates", None),
+        ('remote.we"ird\\name.url', 'https://h/x "q" \\ end\n2\tt'),
+        ("branch.a.b.merge", "refs/heads/a.b"),
+    ]
+    config = tmp_path / "config"
+    config.write_text(repo_sweep._config_text(settings))
+    assert repo_sweep._settings(config.read_bytes()) == settings
+    config.write_text('[core]\n\tfsmonitor = x\n[remote "o"]\n\turl = u\n\tuploadpack = y\n')
+    config.write_text(config.read_text() + "[include]\n\tpath = z\n")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert repo_sweep._disarm_config(fd, "config")
+    finally:
+        os.close(fd)
+    assert repo_sweep._settings(config.read_bytes()) == [("remote.o.url", "u")]
+    assert "fsmonitor" in (tmp_path / "config.ipybox-disabled").read_text()
