@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import re
@@ -37,6 +39,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ipybox._programs import which
+from ipybox.tool_exec.registry import state_dir
 
 logger = logging.getLogger(__name__)
 
@@ -372,20 +375,69 @@ _sweeps: dict[Path, RepoSweep] = {}
 
 def watch(runtime_dir: Path, roots: Iterable[Path], read_only: Iterable[Path]) -> RepoSweep:
     """Start sweeping `roots` for the executor with `runtime_dir` (or add to its sweep); call before
-    a kernel of it starts."""
+    a kernel of it starts. What it sweeps is recorded in ipybox's state dir until `finish()`, so
+    that if this process is killed, the next one to start a sandbox makes the last sweep."""
     sweep = _sweeps.get(runtime_dir)
     if sweep is None:
+        _recover()
         sweep = _sweeps[runtime_dir] = RepoSweep(roots, read_only)
         sweep.start()
     else:
         sweep.add(roots, read_only)
+    _save(sweep, _record(runtime_dir))
     return sweep
 
 
 def finish(runtime_dir: Path) -> list[Path]:
     """Sweep once more for the executor with `runtime_dir` and stop; call when its kernels ended."""
     sweep = _sweeps.pop(runtime_dir, None)
-    return sweep.finish() if sweep is not None else []
+    if sweep is None:
+        return []
+    disarmed = sweep.finish()
+    _record(runtime_dir).unlink(missing_ok=True)
+    return disarmed
+
+
+def _record(runtime_dir: Path) -> Path:
+    key = hashlib.sha256(str(runtime_dir).encode()).hexdigest()[:16]
+    return state_dir() / "repo-sweeps" / f"{os.getpid()}-{key}.json"
+
+
+def _save(sweep: RepoSweep, record: Path) -> None:
+    record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with sweep._lock:
+        data = {"pid": os.getpid(), "since_ns": sweep.since_ns, "roots": list(sweep._roots)}
+        data["read_only"] = sorted(sweep._read_only)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(record)
+
+
+def _recover() -> None:
+    """Make the last sweep of the executors whose ipybox process ended without it (killed)."""
+    for record in sorted((state_dir() / "repo-sweeps").glob("*.json")):
+        try:
+            data = json.loads(record.read_text())
+            pid, since_ns = int(data["pid"]), int(data["since_ns"])
+            roots, read_only = [Path(p) for p in data["roots"]], [Path(p) for p in data["read_only"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if pid == os.getpid() or _alive(pid):
+            continue
+        sweep = RepoSweep(roots, read_only)
+        sweep.since_ns = since_ns
+        sweep.sweep()
+        record.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 @atexit.register

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -88,7 +89,9 @@ CHECKS = {
     "background": ("new/bg", "new/bg/.git"),
 }
 
-_ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 
 
 def _project(path: Path) -> Path:
@@ -98,9 +101,9 @@ def _project(path: Path) -> Path:
         (path / "tree" / f"t{i:02}" / "leaf").mkdir(parents=True)
         (path / "tree" / f"t{i:02}" / "leaf" / "keep.txt").write_text("tracked\n")
     git = ["git", "-C", str(path), "-c", "user.name=a", "-c", "user.email=a@example.org"]
-    subprocess.run(["git", "init", "-q", str(path)], check=True, env=_ENV)
-    subprocess.run([*git, "add", "-A"], check=True, env=_ENV)
-    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True, env=_ENV)
+    subprocess.run(["git", "init", "-q", str(path)], check=True, env=_env())
+    subprocess.run([*git, "add", "-A"], check=True, env=_env())
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True, env=_env())
     return path
 
 
@@ -112,11 +115,11 @@ def _host_git(project: Path) -> None:
             command += ["--allow-empty", "-m", "x"]
         else:
             command = ["git", "status", "--short"]
-        subprocess.run(command, cwd=project / cwd, capture_output=True, env=_ENV, timeout=60)
+        subprocess.run(command, cwd=project / cwd, capture_output=True, env=_env(), timeout=60)
 
 
 def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=_ENV)
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=_env())
     return done.stdout.strip()
 
 
@@ -204,3 +207,32 @@ def test_kept_settings_survive_being_written_again(tmp_path: Path) -> None:
         os.close(fd)
     assert repo_sweep._settings(config.read_bytes()) == [("remote.o.url", "u")]
     assert "fsmonitor" in (tmp_path / "config.ipybox-disabled").read_text()
+
+
+def test_the_last_sweep_of_a_killed_ipybox_comes_with_the_next_sandbox(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """ipybox killed outright, before its last sweep, with a kernel's repository left armed: the
+    next sandbox this user starts (in any workspace) disarms it first."""
+    root, other, markers = tmp_path / "ws", tmp_path / "other", tmp_path / "markers"
+    for path in (root, other, markers):
+        path.mkdir()
+    repo = root / "r"
+    killed = (
+        "import os, pathlib, subprocess\n"
+        "from ipybox.sandbox import repo_sweep\n"
+        "repo_sweep.RepoSweep.start = lambda self: None  # killed before any sweep\n"
+        f"repo_sweep.watch(pathlib.Path({str(tmp_path / 'rt')!r}), [pathlib.Path({str(root)!r})], [])\n"
+        f"subprocess.run(['git', 'init', '-q', {str(repo)!r}], check=True)\n"
+        f"subprocess.run(['git', '-C', {str(repo)!r}, 'config', 'core.fsmonitor', "
+        f"'touch {markers}/killed; false'], check=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", killed], env=_env()).returncode == -9
+    assert _git(repo, "config", "core.fsmonitor")  # left armed
+    repo_sweep.watch(tmp_path / "rt2", [other], [])
+    repo_sweep.finish(tmp_path / "rt2")
+    subprocess.run(["git", "status", "--short"], cwd=repo, capture_output=True, env=_env(), timeout=60)
+    assert _ran(markers) == set()
+    assert not _git(repo, "config", "core.fsmonitor")
+    assert not list((state_dir / "repo-sweeps").iterdir())  # nothing left to do
