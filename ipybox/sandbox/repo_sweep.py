@@ -84,6 +84,7 @@ class RepoSweep:
         self.since_ns = time.time_ns() - _SLACK_NS
         self.interval = interval
         self._roots: dict[str, None] = {}
+        self._writable: set[str] = set()  # roots and unwalked
         self._read_only: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -91,10 +92,13 @@ class RepoSweep:
         self._checked: dict[str, tuple[int, ...]] = {}  # git dir: the state it was last made safe in
         self.add(roots, read_only)
 
-    def add(self, roots: Iterable[Path], read_only: Iterable[Path]) -> None:
-        """Also watch `roots`, and leave the `read_only` paths alone."""
+    def add(self, roots: Iterable[Path], read_only: Iterable[Path], unwalked: Iterable[Path] = ()) -> None:
+        """Also watch `roots`, and leave the `read_only` paths alone. The `unwalked` directories
+        (the kernel's private one) are writable too but not walked: only a repository there that
+        a `.git` file or link in a root points to is disarmed."""
         with self._lock:
             self._roots |= dict.fromkeys(os.path.realpath(r) for r in roots)
+            self._writable |= {*self._roots, *(os.path.realpath(p) for p in unwalked)}
             for path in read_only:  # as named (a link, say) and where it leads
                 self._read_only |= {os.path.abspath(path), os.path.realpath(path)}
 
@@ -149,10 +153,10 @@ class RepoSweep:
                 git_dir = head is not None and not head.is_dir(follow_symlinks=False)
                 if git_dir:
                     yield folder
-                    yield from self._within_roots(_pointed_to(folder, "commondir"))
+                    yield from self._writable_target(_pointed_to(folder, "commondir"))
                 dot_git = names.get(".git")
                 if dot_git is not None and not dot_git.is_dir(follow_symlinks=False):
-                    yield from self._within_roots(_pointed_to(folder, ".git"))
+                    yield from self._writable_target(_pointed_to(folder, ".git"))
                 for entry in entries:
                     if entry.path in self._read_only or (git_dir and entry.name in _DATA):
                         continue
@@ -162,8 +166,8 @@ class RepoSweep:
                 _told.add(root)
                 logger.warning("%s: only the first %d directories are swept for repositories", root, walked)
 
-    def _within_roots(self, path: str | None) -> list[str]:
-        if path is None or not any(path == r or path.startswith(r.rstrip("/") + "/") for r in self._roots):
+    def _writable_target(self, path: str | None) -> list[str]:
+        if path is None or not any(path == r or path.startswith(r.rstrip("/") + "/") for r in self._writable):
             return []
         return [path]
 
@@ -373,8 +377,11 @@ def _write_new(dir_fd: int, name: str, text: str) -> None:
 _sweeps: dict[Path, RepoSweep] = {}
 
 
-def watch(runtime_dir: Path, roots: Iterable[Path], read_only: Iterable[Path]) -> RepoSweep:
-    """Start sweeping `roots` for the executor with `runtime_dir` (or add to its sweep); call before
+def watch(
+    runtime_dir: Path, roots: Iterable[Path], read_only: Iterable[Path], unwalked: Iterable[Path] = ()
+) -> RepoSweep:
+    """Start sweeping `roots` for the executor with `runtime_dir` (or add to its sweep, see
+    `RepoSweep.add`); call before
     a kernel of it starts. What it sweeps is recorded in ipybox's state dir until `finish()`, so
     that if this process is killed, the next one to start a sandbox makes the last sweep."""
     sweep = _sweeps.get(runtime_dir)
@@ -382,8 +389,7 @@ def watch(runtime_dir: Path, roots: Iterable[Path], read_only: Iterable[Path]) -
         _recover()
         sweep = _sweeps[runtime_dir] = RepoSweep(roots, read_only)
         sweep.start()
-    else:
-        sweep.add(roots, read_only)
+    sweep.add(roots, read_only, unwalked)
     _save(sweep, _record(runtime_dir))
     return sweep
 

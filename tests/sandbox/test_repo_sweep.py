@@ -65,6 +65,7 @@ printf 'ref: refs/heads/main\n' > new/cd/.git/HEAD
 printf '../../../.store/common\n' > new/cd/.git/commondir
 git init -q new/hook && printf '#!/bin/sh\ntouch %s/hook\n' "$m" > new/hook/.git/hooks/pre-commit
 chmod +x new/hook/.git/hooks/pre-commit
+git_dir_only "$TMPDIR/g3" private-dir && mkdir -p new/tp && printf 'gitdir: %s/g3\n' "$TMPDIR" > new/tp/.git
 (sleep "$delay"; init_with new/bg core.fsmonitor "$(fs background)") > /dev/null 2>&1 &
 
 # ordinary work: a clone, a repository of one's own, source files
@@ -87,6 +88,7 @@ CHECKS = {
     "commondir": ("new/cd", ".store/common"),
     "hook": ("new/hook", "new/hook/.git"),
     "background": ("new/bg", "new/bg/.git"),
+    "private-dir": ("new/tp", "$TMPDIR/g3"),  # the kernel's own temp dir, outside the project
 }
 
 
@@ -137,7 +139,8 @@ def test_the_attacks_run_code_on_the_host_without_ipybox(tmp_path: Path) -> None
     project, markers = _project(tmp_path / "project"), tmp_path / "markers"
     markers.mkdir()
     plant = ["bash", "-e", "-c", PLANT, "plant", str(project), str(markers), "0"]
-    subprocess.run(plant, cwd=project, check=True)
+    (tmp_path / "tmp").mkdir()
+    subprocess.run(plant, cwd=project, check=True, env={**_env(), "TMPDIR": str(tmp_path / "tmp")})
     background = project / "new" / "bg" / ".git" / "config"
     for _ in range(600):  # a polling limit for the background attack (no delay here)
         if background.exists() and "fsmonitor" in background.read_text():
@@ -155,18 +158,20 @@ async def test_repositories_the_kernel_makes_run_nothing_on_the_host(tmp_path: P
     project, markers = _project(tmp_path / "project"), tmp_path / "markers"
     markers.mkdir()
     code = (
-        "import subprocess\n"
+        "import os, subprocess\n"
         f"done = subprocess.run(['bash', '-e', '-c', {PLANT!r}, 'plant', '.', {str(markers)!r}, '2'],"
         " capture_output=True, text=True)\n"
-        "print(done.returncode, repr(done.stderr[-2000:]))"
+        "print(os.environ['TMPDIR'], done.returncode, repr(done.stderr[-2000:]))"
     )
     async with CodeExecutor(sandbox=True, working_dir=project, spare_kernel=False) as executor:
-        assert (await run(executor, code)).startswith("0 "), "the attacks did not run in the sandbox"
+        tmpdir, returncode, _ = (await run(executor, code)).split(" ", 2)
+        assert returncode == "0", "the attacks did not run in the sandbox"
+        git_dirs = [project / v[1].replace("$TMPDIR", tmpdir) for v in CHECKS.values()]
 
         def disarmed() -> bool:
             return all(
-                any((project / git_dir / f"{part}.ipybox-disabled").exists() for part in ("config", "hooks"))
-                for git_dir in (v[1] for v in CHECKS.values())
+                any((git_dir / f"{part}.ipybox-disabled").exists() for part in ("config", "hooks"))
+                for git_dir in git_dirs
             )
 
         await until(disarmed, timeout=60)
