@@ -83,8 +83,12 @@ class RepoSweep:
     ) -> None:
         self.since_ns = time.time_ns() - _SLACK_NS
         self.interval = interval
+        #: The paths as given to `add()` (`roots`, `read_only`, `unwalked`), in ipybox's record.
+        self.given: dict[str, list[str]] = {"roots": [], "read_only": [], "unwalked": []}
+        self._taken = 0  # how many of `given`'s read_only paths are in `_read_only`
         self._roots: dict[str, None] = {}
         self._writable: set[str] = set()  # roots and unwalked
+        self._real: dict[str, str] = {}  # each root as given: its real path
         self._read_only: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -95,12 +99,32 @@ class RepoSweep:
     def add(self, roots: Iterable[Path], read_only: Iterable[Path], unwalked: Iterable[Path] = ()) -> None:
         """Also watch `roots`, and leave the `read_only` paths alone. The `unwalked` directories
         (the kernel's private one) are writable too but not walked: only a repository there that
-        a `.git` file or link in a root points to is disarmed."""
+        a `.git` file or link in a root points to is disarmed. Cheap (a kernel's start waits on
+        it): the paths are resolved by the next sweep."""
         with self._lock:
-            self._roots |= dict.fromkeys(os.path.realpath(r) for r in roots)
+            for root in roots:
+                self._roots[os.path.realpath(root)] = None
+                self._real[os.path.abspath(root)] = os.path.realpath(root)
+                self.given["roots"].append(str(root))
+            self.given["unwalked"] += map(str, unwalked)
             self._writable |= {*self._roots, *(os.path.realpath(p) for p in unwalked)}
-            for path in read_only:  # as named (a link, say) and where it leads
-                self._read_only |= {os.path.abspath(path), os.path.realpath(path)}
+        self.given["read_only"] += map(str, read_only)  # taken in by `_take_read_only()`
+
+    def _take_read_only(self) -> None:
+        """Resolve the read-only paths added since the last sweep: as named, and where each
+        leads (they were found in a root without following links, but for the last part)."""
+        given = self.given["read_only"]
+        while self._taken < len(given):
+            named = self._real_path(os.path.abspath(given[self._taken]))
+            self._read_only |= {named, os.path.realpath(named) if os.path.islink(named) else named}
+            self._taken += 1
+
+    def _real_path(self, path: str) -> str:
+        """`path` with a root's name as given replaced by its real path (cheaper than realpath)."""
+        for named, real in self._real.items():
+            if path == named or path.startswith(named + "/"):
+                return real + path[len(named) :]
+        return path
 
     def start(self) -> None:
         """Sweep in a background thread until `finish()`."""
@@ -118,6 +142,7 @@ class RepoSweep:
     def sweep(self) -> list[Path]:
         """Disarm every git directory the kernels made or changed; the ones disarmed now."""
         with self._lock:
+            self._take_read_only()
             disarmed = []
             for git_dir in dict.fromkeys(self._git_dirs()):
                 if self._theirs(git_dir) and _disarm(git_dir):
@@ -381,13 +406,13 @@ def watch(
     runtime_dir: Path, roots: Iterable[Path], read_only: Iterable[Path], unwalked: Iterable[Path] = ()
 ) -> RepoSweep:
     """Start sweeping `roots` for the executor with `runtime_dir` (or add to its sweep, see
-    `RepoSweep.add`); call before
-    a kernel of it starts. What it sweeps is recorded in ipybox's state dir until `finish()`, so
-    that if this process is killed, the next one to start a sandbox makes the last sweep."""
+    `RepoSweep.add`); call before a kernel of it starts. What it sweeps is recorded in ipybox's
+    state dir until `finish()`, so that if this process is killed, the next one to start a
+    sandbox makes the last sweep."""
     sweep = _sweeps.get(runtime_dir)
     if sweep is None:
         _recover()
-        sweep = _sweeps[runtime_dir] = RepoSweep(roots, read_only)
+        sweep = _sweeps[runtime_dir] = RepoSweep()
         sweep.start()
     sweep.add(roots, read_only, unwalked)
     _save(sweep, _record(runtime_dir))
@@ -411,9 +436,7 @@ def _record(runtime_dir: Path) -> Path:
 
 def _save(sweep: RepoSweep, record: Path) -> None:
     record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with sweep._lock:
-        data = {"pid": os.getpid(), "since_ns": sweep.since_ns, "roots": list(sweep._roots)}
-        data["read_only"] = sorted(sweep._read_only)
+    data = {"pid": os.getpid(), "since_ns": sweep.since_ns, **sweep.given}
     tmp = record.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     tmp.replace(record)
@@ -425,12 +448,13 @@ def _recover() -> None:
         try:
             data = json.loads(record.read_text())
             pid, since_ns = int(data["pid"]), int(data["since_ns"])
-            roots, read_only = [Path(p) for p in data["roots"]], [Path(p) for p in data["read_only"]]
+            given = [[Path(p) for p in data[key]] for key in ("roots", "read_only", "unwalked")]
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if pid == os.getpid() or _alive(pid):
             continue
-        sweep = RepoSweep(roots, read_only)
+        sweep = RepoSweep()
+        sweep.add(*given)
         sweep.since_ns = since_ns
         sweep.sweep()
         record.unlink(missing_ok=True)
