@@ -470,8 +470,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@atexit.register
 def _finish_all() -> None:
+    """The last sweep of every executor still running when ipybox exits."""
     for runtime_dir in list(_sweeps):
         with contextlib.suppress(Exception):
             finish(runtime_dir)
+
+
+atexit.register(_finish_all)
