@@ -82,7 +82,7 @@ class RepoSweep:
         self, roots: Iterable[Path] = (), read_only: Iterable[Path] = (), interval: float = 1.0
     ) -> None:
         self.since_ns = time.time_ns() - _SLACK_NS
-        self.interval = interval
+        self.interval = self._every = interval
         #: The paths as given to `add()` (`roots`, `read_only`, `unwalked`), in ipybox's record.
         self.given: dict[str, list[str]] = {"roots": [], "read_only": [], "unwalked": []}
         self._taken = 0  # how many of `given`'s read_only paths are in `_read_only`
@@ -145,8 +145,14 @@ class RepoSweep:
             self._take_read_only()
             disarmed = []
             for git_dir in dict.fromkeys(self._git_dirs()):
-                if self._theirs(git_dir) and _disarm(git_dir):
-                    disarmed.append(Path(git_dir))
+                try:
+                    if self._theirs(git_dir) and _disarm(git_dir):
+                        disarmed.append(Path(git_dir))
+                except OSError as e:  # the next sweep tries again; the others go on
+                    logger.warning(
+                        "cannot disarm the git repository %r a sandboxed kernel made: %s", git_dir, e
+                    )
+                    continue
                 self._checked[git_dir] = _state(git_dir)
             return disarmed
 
@@ -158,7 +164,7 @@ class RepoSweep:
             except Exception:  # never let the thread die: the final sweep still comes
                 logger.exception("sweeping the sandbox's writable directories for repositories failed")
             # a large tree is swept more rarely: at most about 5% of a core
-            self.interval = max(self.interval, 20 * (time.monotonic() - began))
+            self.interval = max(self._every, 20 * (time.monotonic() - began))
 
     def _git_dirs(self) -> Iterator[str]:
         """Every git directory in the roots (walked breadth first, without following links), and
@@ -287,7 +293,7 @@ def _disarm_config(dir_fd: int, name: str) -> bool:
     settings = _settings(text) if text is not None else None
     if settings is not None and all(_SAFE_SETTING.fullmatch(key) for key, _ in settings):
         return False
-    os.replace(name, name + _DISABLED, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    _set_aside(dir_fd, name)
     if settings:
         _write_new(dir_fd, name, _config_text([(k, v) for k, v in settings if _SAFE_SETTING.fullmatch(k)]))
     return True
@@ -306,10 +312,21 @@ def _disarm_hooks(dir_fd: int) -> bool:
                 return False
         finally:
             os.close(fd)
-    with contextlib.suppress(OSError):  # an earlier one: keep the latest
-        _remove_tree(dir_fd, "hooks" + _DISABLED)
-    os.replace("hooks", "hooks" + _DISABLED, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    _set_aside(dir_fd, "hooks")
     return True
+
+
+def _set_aside(dir_fd: int, name: str) -> None:
+    """Rename `name` in `dir_fd` to `name.ipybox-disabled` (over an earlier one), or remove it
+    where something of the kernel's blocks that name."""
+    aside = name + _DISABLED
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(aside, dir_fd=dir_fd).st_mode):
+            _remove_tree(dir_fd, aside)
+    try:
+        os.replace(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        _remove_tree(dir_fd, name)
 
 
 def _remove_tree(dir_fd: int, name: str) -> None:

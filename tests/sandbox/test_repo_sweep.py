@@ -65,6 +65,9 @@ printf 'ref: refs/heads/main\n' > new/cd/.git/HEAD
 printf '../../../.store/common\n' > new/cd/.git/commondir
 git init -q new/hook && printf '#!/bin/sh\ntouch %s/hook\n' "$m" > new/hook/.git/hooks/pre-commit
 chmod +x new/hook/.git/hooks/pre-commit
+init_with new/obst core.fsmonitor "$(fs obstacle)" && mkdir -p new/obst/.git/config.ipybox-disabled/x
+init_with new/cl core.fsmonitor "$(fs config-link)" && mv new/cl/.git/config .store/cl-config
+ln -s ../../../.store/cl-config new/cl/.git/config
 git_dir_only "$TMPDIR/g3" private-dir && mkdir -p new/tp && printf 'gitdir: %s/g3\n' "$TMPDIR" > new/tp/.git
 (sleep "$delay"; init_with new/bg core.fsmonitor "$(fs background)") > /dev/null 2>&1 &
 
@@ -89,6 +92,8 @@ CHECKS = {
     "hook": ("new/hook", "new/hook/.git"),
     "background": ("new/bg", "new/bg/.git"),
     "private-dir": ("new/tp", "$TMPDIR/g3"),  # the kernel's own temp dir, outside the project
+    "obstacle": ("new/obst", "new/obst/.git"),  # where ipybox sets the config aside, taken
+    "config-link": ("new/cl", "new/cl/.git"),  # the config a link to a file elsewhere
 }
 
 
@@ -170,7 +175,7 @@ async def test_repositories_the_kernel_makes_run_nothing_on_the_host(tmp_path: P
 
         def disarmed() -> bool:
             return all(
-                any((git_dir / f"{part}.ipybox-disabled").exists() for part in ("config", "hooks"))
+                (git_dir / "config.ipybox-disabled").is_file() or (git_dir / "hooks.ipybox-disabled").is_dir()
                 for git_dir in git_dirs
             )
 
