@@ -16,8 +16,9 @@ live hook (a name without `.sample`) is renamed `hooks.ipybox-disabled`. An agen
 working without them.
 
 A git directory is the kernel's if the sandbox did not keep it read-only (the existing ones
-are, see `ipybox.sandbox.autorun`) and it, its `config`, `hooks/` or `commondir` changed
-since the sandbox started (their inode change time, which no program can set back).
+are, see `ipybox.sandbox.autorun`) and its `config`, `config.worktree`, `commondir`, `hooks/`
+or a hook changed since the sandbox started (their inode change time, which no program can
+set back, and which making, linking or moving a file sets).
 """
 
 from __future__ import annotations
@@ -216,10 +217,18 @@ _told: set[str] = set()  # roots whose unswept directories were logged
 
 
 def _state(git_dir: str) -> tuple[int, ...]:
-    """Inode and change time of `git_dir` and of what in it git reads settings or runs programs
-    from (0, 0 where missing)."""
+    """Inode and change time of what in `git_dir` git reads settings or runs programs from, hooks
+    one by one (0, 0 where missing). Not of `git_dir` itself: git changes it on every use."""
+    hooks = os.path.join(git_dir, "hooks")
+    try:
+        live = sorted(n for n in os.listdir(hooks) if not n.endswith(".sample"))
+    except OSError:
+        live = []
     state: list[int] = []
-    for path in [git_dir, *(os.path.join(git_dir, name) for name in _WATCHED)]:
+    for path in [
+        *(os.path.join(git_dir, name) for name in _WATCHED),
+        *(os.path.join(hooks, n) for n in live),
+    ]:
         try:
             info = os.lstat(path)
             state += [info.st_ino, info.st_ctime_ns]

@@ -246,3 +246,32 @@ def test_the_last_sweep_of_a_killed_ipybox_comes_with_the_next_sandbox(
     assert _ran(markers) == set()
     assert not _git(repo, "config", "core.fsmonitor")
     assert not list((state_dir / "repo-sweeps").iterdir())  # nothing left to do
+
+
+def test_your_own_repository_is_left_alone_until_something_changes_what_git_runs(tmp_path: Path) -> None:
+    """A repository that was there before (not kept read-only: deeper than the sandbox looks,
+    say), with its own hook: using it (git writes its index, refs, logs) leaves it as it is; a
+    hook or setting written after the sandbox started is disarmed."""
+    repo, markers = tmp_path / "ws" / "deep" / "repo", tmp_path / "markers"
+    markers.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=_env())
+    (repo / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    (repo / ".git" / "hooks" / "pre-commit").chmod(0o755)
+    subprocess.run(["git", "-C", str(repo), "config", "core.pager", "less"], check=True, env=_env())
+    sweep = repo_sweep.RepoSweep([tmp_path / "ws"])
+    sweep.since_ns = time.time_ns()
+    probe = tmp_path / "probe"
+    for _ in range(1000):  # until file times (a coarser clock) are past the start
+        probe.write_text("x")
+        if probe.stat().st_ctime_ns > sweep.since_ns:
+            break
+        time.sleep(0.01)
+    commit = ["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@example.org", "commit"]
+    subprocess.run([*commit, "-q", "--allow-empty", "-m", "x"], check=True, env=_env())
+    assert sweep.sweep() == []
+    assert _git(repo, "config", "core.pager") == "less"
+    (repo / ".git" / "hooks" / "pre-commit").write_text(f"#!/bin/sh\ntouch {markers}/hook\n")  # in place
+    assert sweep.sweep() == [repo / ".git"]
+    subprocess.run([*commit, "-q", "--allow-empty", "-m", "y"], check=True, env=_env())
+    assert _ran(markers) == set()
+    assert not _git(repo, "config", "core.pager")
