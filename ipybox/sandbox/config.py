@@ -420,7 +420,7 @@ def sandbox_command(
     protected, roots = _protect_writable(config, workspace, writable_dir, placeholders, keep, homes)
     keep += protected
     # what the kernel makes anew there: found and disarmed from the host, until release_sandbox()
-    repo_sweep.watch(runtime, roots, [*keep, *homes], unwalked=[writable_dir])
+    repo_sweep.watch(runtime, runtime_root() / "repo-sweeps", roots, [*keep, *homes], [writable_dir])
     policy = kernel_policy(
         config,
         writable_dir,

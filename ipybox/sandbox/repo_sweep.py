@@ -40,7 +40,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ipybox._programs import which
-from ipybox.tool_exec.registry import state_dir
 
 logger = logging.getLogger(__name__)
 
@@ -424,53 +423,50 @@ def _write_new(dir_fd: int, name: str, text: str) -> None:
     os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-#: The sweep of each sandboxed executor, by its runtime dir.
-_sweeps: dict[Path, RepoSweep] = {}
+#: The sweep of each sandboxed executor, by its runtime dir, with the file recording it.
+_sweeps: dict[Path, tuple[RepoSweep, Path]] = {}
 
 
 def watch(
-    runtime_dir: Path, roots: Iterable[Path], read_only: Iterable[Path], unwalked: Iterable[Path] = ()
+    runtime_dir: Path,
+    records: Path,
+    roots: Iterable[Path],
+    read_only: Iterable[Path],
+    unwalked: Iterable[Path] = (),
 ) -> RepoSweep:
     """Start sweeping `roots` for the executor with `runtime_dir` (or add to its sweep, see
-    `RepoSweep.add`); call before a kernel of it starts. What it sweeps is recorded in ipybox's
-    state dir until `finish()`, so that if this process is killed, the next one to start a
-    sandbox makes the last sweep."""
-    sweep = _sweeps.get(runtime_dir)
-    if sweep is None:
-        _recover()
-        sweep = _sweeps[runtime_dir] = RepoSweep()
-        sweep.start()
+    `RepoSweep.add`); call before a kernel of it starts. What it sweeps is recorded in the
+    directory `records` (private to this user, hidden from kernels) until `finish()`, so that if
+    this process is killed, the next one to start a sandbox makes the last sweep."""
+    if runtime_dir not in _sweeps:
+        _recover(records)
+        key = hashlib.sha256(str(runtime_dir).encode()).hexdigest()[:16]
+        _sweeps[runtime_dir] = RepoSweep(), records / f"{os.getpid()}-{key}.json"
+        _sweeps[runtime_dir][0].start()
+    sweep, record = _sweeps[runtime_dir]
     sweep.add(roots, read_only, unwalked)
-    _save(sweep, _record(runtime_dir))
+    record.parent.mkdir(mode=0o700, exist_ok=True)
+    data = {"pid": os.getpid(), "since_ns": sweep.since_ns, **sweep.given}
+    record.with_suffix(".tmp").write_text(json.dumps(data))
+    record.with_suffix(".tmp").replace(record)
     return sweep
 
 
 def finish(runtime_dir: Path) -> list[Path]:
     """Sweep once more for the executor with `runtime_dir` and stop; call when its kernels ended."""
-    sweep = _sweeps.pop(runtime_dir, None)
-    if sweep is None:
+    sweep, record = _sweeps.pop(runtime_dir, (None, None))
+    if sweep is None or record is None:
         return []
     disarmed = sweep.finish()
-    _record(runtime_dir).unlink(missing_ok=True)
+    record.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        record.parent.rmdir()  # only if no other executor's record is left
     return disarmed
 
 
-def _record(runtime_dir: Path) -> Path:
-    key = hashlib.sha256(str(runtime_dir).encode()).hexdigest()[:16]
-    return state_dir() / "repo-sweeps" / f"{os.getpid()}-{key}.json"
-
-
-def _save(sweep: RepoSweep, record: Path) -> None:
-    record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    data = {"pid": os.getpid(), "since_ns": sweep.since_ns, **sweep.given}
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(record)
-
-
-def _recover() -> None:
+def _recover(records: Path) -> None:
     """Make the last sweep of the executors whose ipybox process ended without it (killed)."""
-    for record in sorted((state_dir() / "repo-sweeps").glob("*.json")):
+    for record in sorted(records.glob("*.json")):
         try:
             data = json.loads(record.read_text())
             pid, since_ns = int(data["pid"]), int(data["since_ns"])

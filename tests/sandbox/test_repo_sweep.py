@@ -224,7 +224,12 @@ def test_the_last_sweep_of_a_killed_ipybox_comes_with_the_next_sandbox(
 ) -> None:
     """ipybox killed outright, before its last sweep, with a kernel's repository left armed: the
     next sandbox this user starts (in any workspace) disarms it first."""
-    root, other, markers = tmp_path / "ws", tmp_path / "other", tmp_path / "markers"
+    root, other, markers, records = (
+        tmp_path / "ws",
+        tmp_path / "other",
+        tmp_path / "markers",
+        tmp_path / "rec",
+    )
     for path in (root, other, markers):
         path.mkdir()
     repo = root / "r"
@@ -232,7 +237,8 @@ def test_the_last_sweep_of_a_killed_ipybox_comes_with_the_next_sandbox(
         "import os, pathlib, subprocess\n"
         "from ipybox.sandbox import repo_sweep\n"
         "repo_sweep.RepoSweep.start = lambda self: None  # killed before any sweep\n"
-        f"repo_sweep.watch(pathlib.Path({str(tmp_path / 'rt')!r}), [pathlib.Path({str(root)!r})], [])\n"
+        f"repo_sweep.watch(pathlib.Path({str(tmp_path / 'rt')!r}), pathlib.Path({str(records)!r}), "
+        f"[pathlib.Path({str(root)!r})], [])\n"
         f"subprocess.run(['git', 'init', '-q', {str(repo)!r}], check=True)\n"
         f"subprocess.run(['git', '-C', {str(repo)!r}, 'config', 'core.fsmonitor', "
         f"'touch {markers}/killed; false'], check=True)\n"
@@ -240,12 +246,12 @@ def test_the_last_sweep_of_a_killed_ipybox_comes_with_the_next_sandbox(
     )
     assert subprocess.run([sys.executable, "-c", killed], env=_env()).returncode == -9
     assert _git(repo, "config", "core.fsmonitor")  # left armed
-    repo_sweep.watch(tmp_path / "rt2", [other], [])
+    repo_sweep.watch(tmp_path / "rt2", records, [other], [])
     repo_sweep.finish(tmp_path / "rt2")
     subprocess.run(["git", "status", "--short"], cwd=repo, capture_output=True, env=_env(), timeout=60)
     assert _ran(markers) == set()
     assert not _git(repo, "config", "core.fsmonitor")
-    assert not list((state_dir / "repo-sweeps").iterdir())  # nothing left to do
+    assert not records.exists()  # nothing left to do
 
 
 def test_your_own_repository_is_left_alone_until_something_changes_what_git_runs(tmp_path: Path) -> None:
