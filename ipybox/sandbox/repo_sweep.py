@@ -298,12 +298,43 @@ def _disarm_config(dir_fd: int, name: str) -> bool:
                 text = _read_all(fd)
         finally:
             os.close(fd)
+    if text is not None and _plainly_safe(text):
+        return False  # what git writes itself: no need to ask git
     settings = _settings(text) if text is not None else None
     if settings is not None and all(_SAFE_SETTING.fullmatch(key) for key, _ in settings):
         return False
     _set_aside(dir_fd, name)
     if settings:
         _write_new(dir_fd, name, _config_text([(k, v) for k, v in settings if _SAFE_SETTING.fullmatch(k)]))
+    return True
+
+
+#: The lines of a config file as git writes it: blank, comment, `[section]`, `[section "sub"]`,
+#: `\tname = value` (a value's quoting does not matter here, a continuation line is read as a
+#: line of its own, so nothing git reads as a setting is passed over).
+_PLAIN_LINE = re.compile(
+    r'[ \t]*(?:[#;][^\r]*)?|\[(?P<section>[A-Za-z0-9-]+)(?: "(?P<sub>(?:[^"\\\n\r]|\\.)*)")?\]'
+    r"|[ \t]*(?P<name>[A-Za-z][A-Za-z0-9-]*)[ \t]*(?:=[^\r]*)?"
+)
+
+
+def _plainly_safe(text: bytes) -> bool:
+    """Whether the config file `text` is in git's own plain layout and holds only safe settings
+    (else git is asked what it holds)."""
+    try:
+        lines = text.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        return False
+    section = None
+    for line in lines:
+        found = _PLAIN_LINE.fullmatch(line)
+        if found is None or any(c < " " and c != "\t" for c in line):
+            return False
+        if found["section"]:
+            section = found["section"].lower() + ("" if found["sub"] is None else f".{found['sub']}")
+        elif found["name"]:
+            if section is None or not _SAFE_SETTING.fullmatch(f"{section}.{found['name'].lower()}"):
+                return False
     return True
 
 

@@ -281,3 +281,31 @@ def test_your_own_repository_is_left_alone_until_something_changes_what_git_runs
     subprocess.run([*commit, "-q", "--allow-empty", "-m", "y"], check=True, env=_env())
     assert _ran(markers) == set()
     assert not _git(repo, "config", "core.pager")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[core]\n\trepositoryformatversion = 0\n\tbare = false\n[remote "origin"]\n\turl = u\n',
+        "[core] fsmonitor = x\n",  # a setting on the section's line
+        '[core]\n\tbare = "false\\\n\tfsmonitor = x"\n',  # a continued value that looks like one
+        "[core]\n\tbare = false\\\nfsmonitor = x\n",
+        "\ufeff[core]\n\tfsmonitor = x\n",  # git skips a byte-order mark
+        "[core.x]\n\tbare = false\n",  # the old way of writing a subsection
+        "[CORE]\n\tFsMonitor = x\n",
+        "[core]\r\n\tfsmonitor = x\r\n",
+        "[core]\n\tbare = false\n[include]\n\tpath = x\n",
+        '[includeIf "gitdir:/"]\n\tpath = x\n',
+        "  [core]\n\tfsmonitor = x\n",
+        "[core]\n\tbare = false ; fsmonitor = x\n",
+        "[core]\n\tbare\n\tfsmonitor\n",
+    ],
+)
+def test_a_config_passed_without_git_is_one_git_finds_safe(text: str) -> None:
+    """The shortcut for configs in git's own layout never calls safe what git reads otherwise."""
+    data = text.encode()
+    settings = repo_sweep._settings(data)
+    git_says_safe = settings is not None and all(repo_sweep._SAFE_SETTING.fullmatch(k) for k, _ in settings)
+    assert not repo_sweep._plainly_safe(data) or git_says_safe
+    if text.startswith("[core]\n\trepositoryformatversion"):
+        assert repo_sweep._plainly_safe(data)  # what git writes: no need to ask it
