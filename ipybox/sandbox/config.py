@@ -19,7 +19,7 @@ from typing import Any
 
 from ipybox._programs import which
 from ipybox.errors import IpyboxError
-from ipybox.sandbox import autorun, devices, owned, reads
+from ipybox.sandbox import autorun, devices, owned, reads, repo_sweep
 from ipybox.sandbox.launcher import write_launcher
 from ipybox.sandbox.placeholders import Placeholders, sweep
 from ipybox.tool_exec.registry import state_dir
@@ -417,7 +417,10 @@ def sandbox_command(
     homes, keep_out = owned.confinement(workspace, writable)  # other principals' homes
     keep += keep_out
     placeholders = _placeholders.setdefault(runtime, Placeholders(_lock_dir()))
-    keep += _protect_writable(config, workspace, writable_dir, placeholders, keep, homes)
+    protected, roots = _protect_writable(config, workspace, writable_dir, placeholders, keep, homes)
+    keep += protected
+    # what the kernel makes anew there: found and disarmed from the host, until release_sandbox()
+    repo_sweep.watch(runtime, runtime_root() / "repo-sweeps", roots, [*keep, *homes], [writable_dir])
     policy = kernel_policy(
         config,
         writable_dir,
@@ -449,8 +452,10 @@ _placeholders: dict[Path, Placeholders] = {}
 
 
 def release_sandbox(runtime_dir: Path) -> None:
-    """Remove the placeholders of the executor with `runtime_dir` that no other one needs;
+    """Disarm the repositories the kernels of the executor with `runtime_dir` made (a last
+    sweep, see `ipybox.sandbox.repo_sweep`) and remove its placeholders that no other one needs;
     call when its kernels have ended."""
+    repo_sweep.finish(runtime_dir.absolute())
     held = _placeholders.pop(runtime_dir.absolute(), None)
     if held is not None:
         held.release()
@@ -469,10 +474,11 @@ def _protect_writable(
     placeholders: Placeholders,
     keep: list[Path],
     hidden: Sequence[Path] = (),
-) -> list[Path]:
+) -> tuple[list[Path], list[Path]]:
     """The auto-run paths, git directories and Python environments in every directory the kernel
     may write (but its private one), with placeholders made for those that must not be created
-    (and for `keep` paths that are missing there); see `ipybox.sandbox.autorun`.
+    (and for `keep` paths that are missing there), and those directories; see
+    `ipybox.sandbox.autorun`.
 
     The shallowest directories there are guarded: each is added to `config`'s `allowWrite` (srt
     binds it onto itself, so the kernel can neither move nor remove it and put a directory of
@@ -517,7 +523,7 @@ def _protect_writable(
     standins |= {path: "file" for path in keep}
     found += _make_standins(standins, roots, placeholders)
     fs["allowWrite"] = [*fs.get("allowWrite", []), *(str(p) for p in pins)]
-    return [*found, *standins]
+    return [*found, *standins], roots
 
 
 def _make_standins(
