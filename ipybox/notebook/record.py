@@ -284,6 +284,7 @@ class SessionRecord:
         self.limits = limits or ResourceLimits()
         self.entries: list[CellRecord | SessionMark] = []
         self.created = _now()
+        self._checked = 0  # the entries validated already, as they are for good
 
     @property
     def cells(self) -> list[CellRecord]:
@@ -305,12 +306,22 @@ class SessionRecord:
 
     def to_notebook(self) -> nbformat.NotebookNode:
         """The session as a validated nbformat v4 `NotebookNode`."""
+        return _format.node(self._notebook())
+
+    def _notebook(self) -> dict[str, Any]:
+        # stable ids: a notebook saved again differs only where the session went on
         cells = [
-            _format.code_cell(e) if isinstance(e, CellRecord) else _format.mark_cell(e) for e in self.entries
+            _format.code_cell(e, f"ipybox-{i}")
+            if isinstance(e, CellRecord)
+            else _format.mark_cell(e, f"ipybox-{i}")
+            for i, e in enumerate(self.entries)
         ]
-        for index, cell in enumerate(cells):  # stable ids: a notebook saved again diffs only where it grew
-            cell.id = f"ipybox-{index}"
-        return _format.notebook(self, cells)
+        nb = _format.notebook(self, cells, self._checked)
+        running = [
+            i for i, e in enumerate(self.entries) if isinstance(e, CellRecord) and e.status == "running"
+        ]
+        self._checked = min(running, default=len(self.entries))  # finished cells do not change
+        return nb
 
     def save(self, path: str | os.PathLike[str], *, trusted: str | os.PathLike[str] | None = None) -> None:
         """Write the notebook to `path` atomically (a new file renamed into place).
@@ -319,7 +330,7 @@ class SessionRecord:
         directories are walked without following links, made if missing; a link at `path` itself
         is replaced, never written through. Elsewhere the parent directory is made if missing.
         """
-        data = _format.dumps(self.to_notebook()).encode()
+        data = _format.dumps(self._notebook()).encode()
         path = Path(path)
         with _open_parent(path, trusted, create=True) as fd:
             _safe_fs.replace_file(fd, path.name, io.BytesIO(data))
@@ -349,6 +360,7 @@ class SessionRecord:
                 )
             elif node.cell_type == "code":
                 record.entries.append(CellRecord._of(node, len(record.cells) + 1, record.limits))
+        record._checked = len(record.entries)  # validated as read
         return record
 
 
