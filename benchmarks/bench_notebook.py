@@ -8,7 +8,7 @@ Three figures, from one executor (spare kernel off):
   cell, add its stream and result events, finish it), median of N; its share of the round trip is
   the figure with the 5 % target;
 - A/B: the same round trip with the executor's record swapped for one that keeps nothing,
-  interleaved in blocks with the recording one, so both see the same machine (on a busy machine
+  alternating cell by cell with the recording one, so both see the same machine (on a busy machine
   this difference is within noise; the recorder figure above is what it costs).
 
 Also the cost of making and saving the notebook of an N-cell session (`save_notebook()`), which an
@@ -89,7 +89,7 @@ async def round_trips(executor: CodeExecutor, n: int, start: int = 0) -> list[fl
     return times
 
 
-async def measure(n: int = 200, blocks: int = 10) -> dict[str, float]:
+async def measure(n: int = 200) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         async with CodeExecutor(working_dir=tmp, spare_kernel=False) as executor:
             await round_trips(executor, 20)  # warm-up
@@ -99,11 +99,11 @@ async def measure(n: int = 200, blocks: int = 10) -> dict[str, float]:
             kept, nothing = kernels.record, _Unrecorded("baseline")
             on: list[float] = []
             off: list[float] = []
-            for block in range(blocks):
+            for i in range(n):  # alternating cell by cell: both sides see the same moments of the machine
                 kernels.record = nothing
-                off += await round_trips(executor, n // blocks, block * n)
+                off += await round_trips(executor, 1, i)
                 kernels.record = kept
-                on += await round_trips(executor, n // blocks, block * n)
+                on += await round_trips(executor, 1, i)
             saves = []
             for _ in range(5):
                 started = time.perf_counter()

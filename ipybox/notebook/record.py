@@ -202,7 +202,7 @@ class CellRecord:
             self.outputs.append(_format.stream("stderr", note + "\n"))
         if error is not None and not any(o["output_type"] == "error" for o in self.outputs):
             self.outputs.append(
-                _format.error_output({"ename": "Error", "evalue": error, "traceback": []}, None)
+                _format.error_output({"ename": "Error", "evalue": error, "traceback": [error]}, None)
             )
 
     def _add_text(self, name: str, text: str) -> None:
