@@ -134,14 +134,18 @@ class CellRecord:
         return cell
 
     def add_output(self, msg_type: str, content: dict[str, Any]) -> None:
-        """Record an iopub message of the cell: stream, display_data, update_display_data,
-        execute_result or error (others are ignored)."""
+        """Record an iopub message of the cell: stream, display_data, update_display_data (kept as
+        a new display), execute_result, error or clear_output (others are ignored)."""
         if msg_type == "stream":
             self._add_text(str(content.get("name", "stdout")), str(content.get("text", "")))
         elif msg_type in _DISPLAY_TYPES or msg_type == "execute_result":
             self._add_display(msg_type, content)
         elif msg_type == "error":
             self.outputs.append(_format.error_output(content, self._budget.limit))
+        elif (
+            msg_type == "clear_output"
+        ):  # as a notebook shows it: what came before is gone, but the tool calls
+            self.outputs = [o for o in self.outputs if o.get("metadata", {}).get(_format.TOOL_CALL_KEY)]
 
     def add_event(self, event: KernelEvent) -> None:
         """Record an output event as ipybox's kernel layer reads it (the message it came from,
