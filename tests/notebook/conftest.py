@@ -1,7 +1,8 @@
 """One recorded session shared by the notebook tests: a real kernel, the real notes MCP server.
 
 The session has a plot, kernel text that looks like markup, an error, a reset, a kernel crash, and
-after it a tool call accepted and one rejected, whose notes file counts the calls really made.
+after it a tool call accepted and one rejected (the notes file counts the calls really made) and an
+approved shell command.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ AFTER_CRASH = [
     "    refused = type(e).__name__\n"
     "print(first, refused)",
     "y = x + 1\nprint(y)",
+    "!echo shell says $y",
 ]
 
 
@@ -51,7 +53,7 @@ def notes_params(notes: Path) -> dict[str, object]:
 async def _record(workspace: Path, notes: Path) -> Path:
     params = notes_params(notes)
     await generate_mcp_sources("notes", params, workspace / "mcptools")
-    async with CodeExecutor(working_dir=workspace, spare_kernel=False) as executor:
+    async with CodeExecutor(working_dir=workspace, spare_kernel=False, approve_shell_cmds=True) as executor:
         await executor.execute(PLOT)
         await executor.execute(f"print({HOSTILE!r})")
         with pytest.raises(CodeExecutionError):
@@ -62,7 +64,9 @@ async def _record(workspace: Path, notes: Path) -> Path:
         for code in AFTER_CRASH:
             async for item in executor.stream(code):
                 if isinstance(item, ApprovalRequest):
-                    if item.tool_args["text"] == "first":
+                    if item.tool_name == "shell":
+                        await item.accept(by="carol")
+                    elif item.tool_args["text"] == "first":
                         await item.accept(by="alice (reviewer)")
                     else:
                         await item.reject("declined by the user", by="bob")

@@ -16,10 +16,12 @@ from .conftest import Recorded
 
 async def test_resume_restores_the_state_without_calling_or_asking(registered: Recorded) -> None:
     recorded = registered
-    async with CodeExecutor(working_dir=recorded.workspace, spare_kernel=False) as executor:
+    async with CodeExecutor(
+        working_dir=recorded.workspace, spare_kernel=False, approve_shell_cmds=True
+    ) as executor:
         # no approval handler is connected: a call that asked would be refused
         report = await executor.resume(recorded.notebook)
-        assert (report.cells_run, report.cells_skipped, report.tool_calls) == (3, 4, 2)
+        assert (report.cells_run, report.cells_skipped, report.tool_calls) == (4, 4, 3)
         result = await executor.execute("print(x, y, first, refused)")
         assert result.text == "41 42 result='added' ApprovalRejectedError"
         resumed = executor.notebook()
@@ -65,7 +67,9 @@ async def test_a_diverging_resume_stops_at_that_cell_and_keeps_the_state_before(
     registered: Recorded, tmp_path: Path
 ) -> None:
     recorded = registered
-    async with CodeExecutor(working_dir=recorded.workspace, spare_kernel=False) as executor:
+    async with CodeExecutor(
+        working_dir=recorded.workspace, spare_kernel=False, approve_shell_cmds=True
+    ) as executor:
         for change, cell, why in DIVERGENCES:  # one kernel for all: each resume starts from no x, y
             await executor.execute("globals().pop('x', None); globals().pop('y', None)")
             with pytest.raises(ResumeError, match=rf"stopped at cell \[{cell}\]: .*{why}") as info:

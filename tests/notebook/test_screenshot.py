@@ -41,7 +41,7 @@ def test_the_rendered_notebook_in_a_headless_browser(recorded: Recorded, tmp_pat
     page = tmp_path / "session.html"
     page.write_text(html)
     dom = _browser("--dump-dom", page.as_uri()).stdout
-    assert dom.count('class="ipybox-tool-call"') == 2 and "data:image/png;base64," in dom
+    assert dom.count('class="ipybox-tool-call"') == 3 and "data:image/png;base64," in dom
     assert "<script>alert('kernel')" not in dom and "onerror=alert" not in dom.replace(
         "onerror=alert(1)&gt;", ""
     )

@@ -28,8 +28,8 @@ def test_the_notebook_records_cells_outputs_marks_and_tool_calls(recorded: Recor
         cell.metadata["ipybox"].get("mark", cell.cell_type) if "ipybox" in cell.metadata else cell.cell_type
         for cell in nb.cells
     ]
-    assert kinds == ["code", "code", "code", "reset", "code", "restart", "code", "code", "code"]
-    plot, printed, failed, _, crashed, restart, _, calls, _ = nb.cells
+    assert kinds == ["code", "code", "code", "reset", "code", "restart", "code", "code", "code", "code"]
+    plot, printed, failed, _, crashed, restart, _, calls, _, shell = nb.cells
 
     [image] = [o for o in plot.outputs if o.output_type == "display_data"]
     assert base64.b64decode(image.data["image/png"]).startswith(b"\x89PNG")
@@ -38,7 +38,7 @@ def test_the_notebook_records_cells_outputs_marks_and_tool_calls(recorded: Recor
     assert (error.ename, failed.metadata.ipybox.status) == ("ZeroDivisionError", "error")
     assert crashed.metadata.ipybox.status == "error"
     assert "exited with code 3" in restart.metadata.ipybox.reason
-    assert [c.execution_count for c in nb.cells if c.cell_type == "code"] == list(range(1, 8))
+    assert [c.execution_count for c in nb.cells if c.cell_type == "code"] == list(range(1, 9))
     assert all(c.metadata.ipybox.duration_s >= 0 for c in nb.cells if c.cell_type == "code")
 
     accepted, rejected = calls.metadata.ipybox.tool_calls
@@ -58,12 +58,20 @@ def test_the_notebook_records_cells_outputs_marks_and_tool_calls(recorded: Recor
     assert shown[0].startswith('tool call: notes.add_note(text="first") → accepted by alice (reviewer)')
     assert shown[1].startswith("tool call: notes.add_note(text=") and "→ rejected by bob" in shown[1]
     assert recorded.notes.read_text() == "first\n"  # the rejected call never reached the server
+    [command] = shell.metadata.ipybox.tool_calls
+    assert (command.server, command.tool, command.arguments) == (
+        "ipybox",
+        "shell",
+        {"cmd": "echo shell says 42"},
+    )
+    assert (command.decision, command.decided_by) == ("accepted", "carol")
+    assert shell.outputs[-1].text.replace("\r\n", "\n") == "shell says 42\n"  # a pty ends lines so
 
 
 def test_html_rendering_shows_plots_and_tool_calls_and_escapes_kernel_text(recorded: Recorded) -> None:
     html, _ = HTMLExporter().from_notebook_node(_read(recorded))
     assert "data:image/png;base64," in html  # the plot, inline
-    assert html.count('class="ipybox-tool-call"') == 2
+    assert html.count('class="ipybox-tool-call"') == 3
     assert "accepted by alice (reviewer)" in html and "rejected by bob" in html
     assert "Kernel restarted" in html and "Kernel reset" in html
     # what the kernel printed and passed as a tool argument is shown, never taken as markup
