@@ -302,7 +302,7 @@ class CodeExecutor(Service):
         call answered from the notebook, not made or asked again (docs/notebooks.md)."""
         from ipybox.notebook import replay  # on use, as it reads notebooks (nbformat is slow to import)
 
-        return await replay.resume(self, path)
+        return await replay.resume(self, path, into=self._record)
 
     def _require_kernels(self) -> KernelSupervisor:
         return _started(self._kernels)

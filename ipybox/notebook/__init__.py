@@ -4,7 +4,8 @@ The API (stable; only additions from here on):
 
 - `SessionRecord(kernel_name="python3", *, limits=None)`: the record of one kernel's session.
   - `begin_cell(code) -> CellRecord`: a new cell, appended.
-  - `mark_reset()`, `mark_restart(reason)`: the kernel's state was lost there (a markdown cell).
+  - `mark_reset()`, `mark_restart(reason)`: the kernel's state was lost there (a markdown cell);
+    `mark_resume(source)`: a resume from the notebook `source` begins there.
   - `to_notebook() -> nbformat.NotebookNode`: nbformat v4, validated.
   - `save(path, *, trusted=None)`: written atomically (a new file renamed into place); below
     `trusted` (a directory the kernel can write) no link is followed and a link at `path` is
@@ -23,7 +24,8 @@ The API (stable; only additions from here on):
   - `finish(duration_s, error=None)`.
   - `code`, `outputs` (nbformat output dicts), `tool_calls`, `status`, `error`, `code_sha256`.
 
-Resume (`ipybox.notebook.replay`, imported on use): `await resume(executor, path) -> ResumeReport`
+Resume (`ipybox.notebook.replay`, imported on use): `await resume(executor, path, *, into=None)
+-> ResumeReport` (`into`: the executor's record, marked where the resume begins)
 (also `CodeExecutor.resume(path)`) runs the cells after the notebook's last reset or restart again,
 with the tool server's `calls` seam (`tool_exec.calls.ToolCalls`) set to a `ReplayCalls` that answers
 every tool call and shell approval from the record; `ResumeError` (`.cell`) where a cell diverges.

@@ -116,10 +116,13 @@ def markdown_escape(text: str) -> str:
 
 
 def mark_cell(mark: SessionMark, cell_id: str) -> dict[str, Any]:
-    """A reset or restart, as a markdown cell between the cells before and after it."""
-    what = "Kernel reset" if mark.kind == "reset" else "Kernel restarted"
+    """A reset, restart or resume, as a markdown cell between the cells before and after it."""
+    what = {"reset": "Kernel reset", "restart": "Kernel restarted", "resume": "Session resumed"}[mark.kind]
     text = f"**{what}** ({markdown_escape(mark.time)}): {markdown_escape(mark.reason.rstrip('.'))}. "
-    text += "The variables and imports of the cells above are gone."
+    if mark.kind == "resume":
+        text += "The cells below ran again with their tool calls answered from that record, not made again."
+    else:
+        text += "The variables and imports of the cells above are gone."
     meta = {"ipybox": {"mark": mark.kind, "reason": mark.reason, "time": mark.time}}
     return {"cell_type": "markdown", "id": cell_id, "metadata": meta, "source": text}
 

@@ -88,9 +88,10 @@ class ToolCallRecord:
 
 @dataclass
 class SessionMark:
-    """A point in the session where the kernel's state was lost: a `reset` or a `restart` (a crash)."""
+    """A point in the session where the kernel's state was lost (a `reset`, or a `restart` after a
+    crash), or where a `resume` from a recorded session began."""
 
-    kind: str  # "reset" | "restart"
+    kind: str  # "reset" | "restart" | "resume"
     reason: str = ""
     time: str = ""
 
@@ -308,6 +309,10 @@ class SessionRecord:
         """The kernel died (`reason`) and a fresh one took its place: its state is gone."""
         self.entries.append(SessionMark("restart", reason, _now()))
 
+    def mark_resume(self, source: str) -> None:
+        """The cells that follow are a resume of the session recorded in `source` (a notebook)."""
+        self.entries.append(SessionMark("resume", f"from {source}", _now()))
+
     def to_notebook(self) -> nbformat.NotebookNode:
         """The session as a validated nbformat v4 `NotebookNode`."""
         return _format.node(self._notebook())
@@ -358,7 +363,7 @@ class SessionRecord:
         record.created = str(meta.get("created", record.created))
         for node in nb.cells:
             own = node.metadata.get("ipybox") or {}
-            if node.cell_type == "markdown" and own.get("mark") in ("reset", "restart"):
+            if node.cell_type == "markdown" and own.get("mark") in ("reset", "restart", "resume"):
                 record.entries.append(
                     SessionMark(own["mark"], str(own.get("reason", "")), str(own.get("time", "")))
                 )

@@ -138,17 +138,22 @@ class ReplayCalls:
         return None
 
 
-async def resume(executor: CodeExecutor, path: str | os.PathLike[str]) -> ResumeReport:
+async def resume(
+    executor: CodeExecutor, path: str | os.PathLike[str], *, into: SessionRecord | None = None
+) -> ResumeReport:
     """Run the cells of the notebook at `path` again on `executor`, tool calls answered from it.
 
-    Raises `NotebookError` if `path` is no valid notebook, `ResumeError` where a cell diverges.
+    `into` is the executor's own session record, marked where the resume begins. Raises
+    `NotebookError` if `path` is no valid notebook, `ResumeError` where a cell diverges.
     """
     path = Path(path)
     record = SessionRecord.load(path, trusted=executor.working_dir)
-    last_mark = max((i for i, e in enumerate(record.entries) if isinstance(e, SessionMark)), default=-1)
+    last_mark = max((i for i, e in enumerate(record.entries) if _lost_state(e)), default=-1)
     cells = [e for e in record.entries[last_mark + 1 :] if isinstance(e, CellRecord)]
     skipped = len(record.cells) - len(cells)
     server = executor.tool_server
+    if into is not None:
+        into.mark_resume(str(path))
     replay, live = ReplayCalls(), server.calls
     server.calls = replay
     try:
@@ -187,6 +192,10 @@ async def _run_again(executor: CodeExecutor, replay: ReplayCalls, cell: CellReco
         raise stop(f"it failed this time ({failed}), but not when it was recorded", ran=True)
     if failed is None and cell.status == "error":
         raise stop("it succeeded this time, but failed when it was recorded", ran=True)
+
+
+def _lost_state(entry: CellRecord | SessionMark) -> bool:
+    return isinstance(entry, SessionMark) and entry.kind in ("reset", "restart")
 
 
 def _matches(recorded: Any, live: Any) -> bool:

@@ -33,7 +33,8 @@ async def test_resume_restores_the_state_without_calling_or_asking(registered: R
     assert victim.read_text() == "precious"
     assert not (recorded.workspace / "planted.ipynb").is_symlink()
     assert recorded.notes.read_text() == "first\n"  # the server got the accepted call once, at recording
-    accepted, rejected = resumed.cells[1].metadata.ipybox.tool_calls
+    assert resumed.cells[0].metadata.ipybox.mark == "resume" and "Session resumed" in resumed.cells[0].source
+    accepted, rejected = resumed.cells[2].metadata.ipybox.tool_calls
     assert accepted.decided_by == "the resumed record (alice (reviewer))" and accepted.result_text == "added"
     assert rejected.decision == "rejected" and "declined by the user" in rejected.error
 
