@@ -27,7 +27,6 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from ipybox.errors import IpyboxError
 from ipybox.mcp_apigen.discover import with_parsers
-from ipybox.mcp_apigen.names import BUILTIN_NAMES as _BUILTIN_NAMES
 from ipybox.tool_exec.client import ToolRunner
 
 __all__ = [
@@ -510,7 +509,7 @@ def package_attributes(
     def getattr_(name: str) -> Any:
         if name in tools:
             return importlib.import_module(f"{package}.{name}")
-        if f"{name}_" in tools and name in _BUILTIN_NAMES:
+        if f"{name}_" in tools:  # a builtin's name: `sum` for the module `sum_`
             return importlib.import_module(f"{package}.{name}_")
         raise AttributeError(f"module {package!r} has no attribute {name!r} (its tools: {', '.join(tools)})")
 
