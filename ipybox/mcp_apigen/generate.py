@@ -113,7 +113,7 @@ def tool_module_source(tool: ToolSpec) -> str:
     """
     try:
         source = _tool_module_source(tool)
-        compile(source, f"<tool {tool.name}>", "exec")
+        compile(source, f"<tool {tool.name!r}>", "exec")  # a name may hold NUL
     except Exception as e:
         raise ToolGenerationError(f"Could not generate Python code for tool {tool.name!r}: {e}") from e
     return source

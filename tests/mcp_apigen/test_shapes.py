@@ -106,3 +106,10 @@ def test_what_the_shapes_accept() -> None:
         enum(a="other")
     merged = load("merged", ToolSpec("merged", None, SHAPES["all_of_itself"], None)).Params
     assert merged(a={"x": "1"}).a.x == "1"
+
+
+@pytest.mark.parametrize("name", ["\x00", "get\x00user", f"tool{SURROGATE}", "\u2028", " ", "名前"])
+def test_tool_names_that_are_no_file_name_still_give_a_module(name: str) -> None:
+    """A NUL in a tool's name once made the compile check fail, so the tool got no module."""
+    module = load("odd_name", ToolSpec(name, "A tool.", obj({"a": {"type": "string"}}), None))
+    assert module.TOOL_NAME == name and module.Params(a="x").a == "x"
