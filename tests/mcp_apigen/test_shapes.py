@@ -9,15 +9,20 @@ wrote it.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
+from servers.launch import replay_params
 
 from ipybox.mcp_apigen.generate import ToolSpec, tool_module_source
 from ipybox.mcp_apigen.signature import signature
+
+from .conftest import generated_api
 
 
 def obj(properties: dict[str, Any], **rest: Any) -> dict[str, Any]:
@@ -113,3 +118,32 @@ def test_tool_names_that_are_no_file_name_still_give_a_module(name: str) -> None
     """A NUL in a tool's name once made the compile check fail, so the tool got no module."""
     module = load("odd_name", ToolSpec(name, "A tool.", obj({"a": {"type": "string"}}), None))
     assert module.TOOL_NAME == name and module.Params(a="x").a == "x"
+
+
+def test_the_shapes_over_a_real_session_generate_modules_that_all_import(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Served by the replay server (what an MCP server written with the Python SDK can send: no
+    lone surrogates, `required` lists of strings), through the real client and generator."""
+    sendable = {k: v for k, v in SHAPES.items() if "surrogate" not in k and not k.startswith("required_")}
+    tools = [
+        {"name": name, "description": "A tool.", "inputSchema": schema} for name, schema in sendable.items()
+    ]
+    tools.append(
+        {
+            "name": "get\x00user",
+            "inputSchema": SHAPES["ref_two_cycle"],
+            "outputSchema": SHAPES["all_of_cycle"],
+        }
+    )
+    fixture = tmp_path / "shapes.json"
+    fixture.write_text(json.dumps({"source": "test_shapes.py", "tools": tools}))
+    with generated_api(tmp_path_factory, "shapes", replay_params(fixture)) as api:
+        assert len(api.modules) == len(tools) and not api.modules.skipped  # type: ignore[attr-defined]
+        for module in api.modules:
+            imported = api.module(module)
+            assert imported.Params.model_json_schema()
+        assert (
+            api.module("get_user").TOOL_NAME == "get\x00user"
+            and api.module("get_user").Result.model_json_schema()
+        )
