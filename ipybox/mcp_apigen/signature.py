@@ -35,22 +35,42 @@ _UNIT = (
     r"|cents|usd|eur|dollars|euros|utc|local time|lower ?case|upper ?case"
     r"|iso[ -]?8601(?: format)?|rfc ?3339(?: format)?|unix (?:time|timestamp|epoch)|base64|markdown|hex"
 )
+#: Each with words one of which a description must hold (lowercased) for the pattern to be tried.
 _HINT_PATTERNS = [
-    re.compile(
-        rf"\b(?:in|as|given in|expressed in|measured in) (?:an? )?(?:units of )?(?:{_UNIT})(?![\w-])", re.I
+    (
+        ("in ", "as "),
+        re.compile(
+            rf"\b(?:in|as|given in|expressed in|measured in) (?:an? )?(?:units of )?(?:{_UNIT})(?![\w-])",
+            re.I,
+        ),
     ),
-    re.compile(
-        r"\b(?:iso[ -]?8601|rfc ?3339)\b|\b(?:unix|epoch) (?:timestamp|time|seconds|milliseconds)\b", re.I
+    (
+        ("iso", "rfc", "unix", "epoch"),
+        re.compile(
+            r"\b(?:iso[ -]?8601|rfc ?3339)\b|\b(?:unix|epoch) (?:timestamp|time|seconds|milliseconds)\b", re.I
+        ),
     ),
-    re.compile(r"(?<![\w-])[YMDHhmsS]{2,4}(?:[-/:. T][YMDHhmsSZ]{1,4}){1,5}(?![\w-])"),
-    re.compile(
-        r"\b(?:comma|space|newline)[- ](?:separated|delimited)\b|\b(?:absolute|relative) paths?\b", re.I
+    (
+        ("yy", "mm", "dd", "hh", "ss"),
+        re.compile(r"(?<![\w-])[YMDHhmsS]{2,4}(?:[-/:. T][YMDHhmsSZ]{1,4}){1,5}(?![\w-])"),
     ),
-    re.compile(r"\b(?:zero|one|0|1)[- ](?:based|indexed)\b|\bbetween -?\d[\d.]* and -?\d[\d.]*", re.I),
-    re.compile(
-        r"(?:\be\.g\.|\bfor example|\bsuch as|\bexample:)[,:]? ?"
-        r"([^\s,;)][^,;)\n]{0,28}?)(?=[,;)\n]|\.(?:\s|$)|$)",
-        re.I,
+    (
+        ("separated", "delimited", " path"),
+        re.compile(
+            r"\b(?:comma|space|newline)[- ](?:separated|delimited)\b|\b(?:absolute|relative) paths?\b", re.I
+        ),
+    ),
+    (
+        ("based", "indexed", "between"),
+        re.compile(r"\b(?:zero|one|0|1)[- ](?:based|indexed)\b|\bbetween -?\d[\d.]* and -?\d[\d.]*", re.I),
+    ),
+    (
+        ("e.g", "example", "such as"),
+        re.compile(
+            r"(?:\be\.g\.|\bfor example|\bsuch as|\bexample:)[,:]? ?"
+            r"([^\s,;)][^,;)\n]{0,28}?)(?=[,;)\n]|\.(?:\s|$)|$)",
+            re.I,
+        ),
     ),
 ]
 
@@ -164,9 +184,10 @@ def _plain_example(text: str) -> bool:
 
 def _description_hints(description: str) -> list[str]:
     text = " ".join(description.split())
+    lower = text.lower()
     found = []
-    for pattern in _HINT_PATTERNS:
-        match = pattern.search(text)
+    for words, pattern in _HINT_PATTERNS:
+        match = pattern.search(text) if any(w in lower for w in words) else None
         if match and match.lastindex:
             example = match.group(1).strip()
             if _plain_example(example):  # structured examples are cut short; the type says more
