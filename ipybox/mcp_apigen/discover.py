@@ -9,12 +9,17 @@ one signature and summary each. Standard library only.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 _WORD = re.compile(r"[a-z0-9]+")
 _MAX_RESULTS = 8
+_MAX_PARSED = 200  # characters of an output parser's result shown in a signature
+
+#: Code below this line in a generated module (an output parser) survives regeneration.
+PARSER_MARKER = "# --- ipybox: output parser (kept when the API is regenerated) ---"
 
 
 class Signatures(str):
@@ -44,9 +49,43 @@ def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower().replace("_", " ")))
 
 
+def parsed_result(section: str) -> str | None:
+    """What `run_parsed()` returns, from an output parser's code (the module's part below
+    `PARSER_MARKER`): its `ParseResult`'s fields as `{name: type, ...}`, or its return annotation."""
+    try:
+        tree = ast.parse(section)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    run = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run_parsed"), None)
+    if run is None:
+        return None
+    returns = ast.unparse(run.returns) if run.returns else "Any"
+    fields = _class_fields(tree, returns).replace("\n", " ")
+    text = fields or returns
+    return text if len(text) <= _MAX_PARSED else text[: _MAX_PARSED - 4] + "...}"
+
+
+def with_parsers(doc: str, package: Path, since: float = 0.0) -> str:
+    """A server package's docstring with `; run_parsed() -> ...` added to the signature of each
+    tool whose module (changed after `since`, a modification time) has an output parser."""
+    heads = {block.split("(", 1)[0]: block.split("\n", 1)[0] for block in doc.split("\n\n")[1:]}
+    try:
+        modules = [e for e in os.scandir(package) if e.name.endswith(".py") and e.name[:-3] in heads]
+        for entry in modules:
+            head = heads[entry.name[:-3]]
+            if "; run_parsed() -> " in head or not entry.is_file() or entry.stat().st_mtime < since:
+                continue
+            text = Path(entry.path).read_text(encoding="utf-8", errors="replace")
+            if PARSER_MARKER in text and (parsed := parsed_result(text.split(PARSER_MARKER, 1)[1])):
+                doc = doc.replace(f"\n\n{head}", f"\n\n{head}; run_parsed() -> {parsed}", 1)
+    except OSError:
+        pass
+    return doc
+
+
 def _server_entries(package: Path) -> list[_Entry]:
     """The signatures a generated package lists in its docstring (one entry per tool)."""
-    doc = _docstring(package / "__init__.py")
+    doc = with_parsers(_docstring(package / "__init__.py"), package)
     entries: list[_Entry] = []
     for block in doc.split("\n\n")[1:]:
         first = block.strip().split("(", 1)[0]

@@ -11,6 +11,18 @@ from pydantic import BaseModel
 _NOT_IDENT = re.compile(r"[^0-9A-Za-z_]+")
 _MAX_LEN = 100
 
+#: The builtins of Python (3.10 to 3.13) and of an IPython kernel a module name could take: a tool
+#: module imported under such a name (`from mcptools.calc import sum`) would hide the builtin.
+#: Fixed, not `dir(builtins)`, so the names do not depend on where the API is generated.
+BUILTIN_NAMES = frozenset(
+    "abs aiter all anext any ascii bin bool breakpoint bytearray bytes callable chr classmethod "
+    "compile complex copyright credits delattr dict dir display divmod enumerate eval exec exit "
+    "filter float format frozenset get_ipython getattr globals hasattr hash help hex id input int "
+    "isinstance issubclass iter len license list locals map max memoryview min next object oct "
+    "open ord pow print property quit range repr reversed round set setattr slice sorted "
+    "staticmethod str sum super tuple type vars zip".split()
+)
+
 #: Attributes of pydantic models (and names pydantic reserves) that a field must not shadow.
 MODEL_RESERVED = frozenset(dir(BaseModel)) | {"model_config", "model_fields", "model_computed_fields"}
 
@@ -30,8 +42,10 @@ def identifier(name: str, fallback: str = "value") -> str:
 
 
 def module_name(tool_name: str) -> str:
-    """A lowercase module name for a tool."""
-    return identifier(tool_name, fallback="tool").lower()
+    """A lowercase module name for a tool; a builtin's name gets a trailing `_` (`sum_`), so
+    `from mcptools.<server> import <module>` never hides a builtin."""
+    name = identifier(tool_name, fallback="tool").lower()
+    return f"{name}_" if name in BUILTIN_NAMES else name
 
 
 def class_name(name: str) -> str:

@@ -9,6 +9,7 @@ pydantic and the standard library (never the MCP SDK). Invalid arguments raise
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import re
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, TypeVar, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
@@ -24,6 +26,7 @@ from pydantic.root_model import _RootModelMetaclass
 from pydantic_core import PydanticCustomError, core_schema
 
 from ipybox.errors import IpyboxError
+from ipybox.mcp_apigen.discover import with_parsers
 from ipybox.tool_exec.client import ToolRunner
 
 __all__ = [
@@ -491,11 +494,23 @@ def _whole_numbers(value: Any) -> Any:
 def package_attributes(
     package: str, tools: list[str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """`__getattr__` and `__dir__` for a server's package: its tool modules, imported on first use."""
+    """`__getattr__` and `__dir__` for a server's package: its tool modules, imported on first use.
+
+    A tool named like a Python builtin has a module with a trailing `_` (`sum_`); its plain name
+    still imports it, for code written before. Output parsers added to the package's modules
+    since it was generated are shown in its docstring (`; run_parsed() -> ...`).
+    """
+    module = sys.modules.get(package)
+    if module is not None and module.__doc__ and getattr(module, "__file__", None):
+        init = Path(module.__file__)  # type: ignore[arg-type]
+        with contextlib.suppress(OSError):
+            module.__doc__ = with_parsers(module.__doc__, init.parent, init.stat().st_mtime)
 
     def getattr_(name: str) -> Any:
         if name in tools:
             return importlib.import_module(f"{package}.{name}")
+        if f"{name}_" in tools:  # a builtin's name: `sum` for the module `sum_`
+            return importlib.import_module(f"{package}.{name}_")
         raise AttributeError(f"module {package!r} has no attribute {name!r} (its tools: {', '.join(tools)})")
 
     def dir_() -> list[str]:

@@ -201,7 +201,14 @@ def _replace_name(annotation: str, name: str, replacement: str) -> str:
 
 
 def py_literal(value: Any) -> str:
-    """Python source for a JSON value (repr is exact for JSON's types)."""
+    """Python source for a JSON value (repr is exact for JSON's types, except for non-finite floats,
+    which Python's JSON parser accepts as `NaN` and `Infinity` and which have no literal)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    if isinstance(value, list):
+        return f"[{', '.join(py_literal(v) for v in value)}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()) + "}"
     return repr(value)
 
 
@@ -364,9 +371,14 @@ class ModelWriter:
         if not isinstance(ref, str) or not ref.startswith("#"):
             return "Any"
         if ref in self._refs:
-            self.recursive = self.recursive or self._refs[ref] in self._pending
+            name = self._refs[ref]
+            if name in self._pending and name not in self._defined:
+                # a cycle of references with no model in between (`A = B`, `B = A | None`) has
+                # no Python spelling: the inner reference accepts any value
+                return "Any"
+            self.recursive = self.recursive or name in self._pending
             self._notes += self._ref_notes.get(ref, [])
-            return self._refs[ref]
+            return name
         target: Any = self._root
         for part in ref.lstrip("#").strip("/").split("/") if ref != "#" else []:
             part = part.replace("~1", "/").replace("~0", "~")
@@ -392,18 +404,20 @@ class ModelWriter:
             self._classes.append(f"{name} = {annotation}")
         return annotation
 
-    def _merge_all_of(self, schema: dict[str, Any]) -> dict[str, Any]:
+    def _merge_all_of(self, schema: dict[str, Any], seen: tuple[int, ...] = ()) -> dict[str, Any]:
+        """One schema for an `allOf`; a part that (through `$ref`s) contains itself is merged once."""
         merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
-        properties: dict[str, Any] = dict(merged.get("properties", {}))
-        required: list[str] = list(merged.get("required") or [])
+        properties: dict[str, Any] = dict(_mapping(merged.get("properties")))
+        required: list[str] = _names_list(merged.get("required"))
+        seen += (id(schema),)
         for part in schema["allOf"]:
             part = self._resolve(part)
-            if not isinstance(part, dict):
+            if not isinstance(part, dict) or id(part) in seen:
                 continue
             if isinstance(part.get("allOf"), list):
-                part = self._merge_all_of(part)
-            properties.update(part.get("properties", {}))
-            required += [r for r in part.get("required") or [] if r not in required]
+                part = self._merge_all_of(part, seen)
+            properties.update(_mapping(part.get("properties")))
+            required += [r for r in _names_list(part.get("required")) if r not in required]
             for key, value in part.items():
                 if key not in ("properties", "required"):
                     merged.setdefault(key, value)
@@ -422,16 +436,20 @@ class ModelWriter:
 
     def _literal(self, values: list[Any]) -> str:
         scalars = [
-            v for v in values if v is None or isinstance(v, (str, int, bool)) and not isinstance(v, float)
+            v
+            for v in values
+            if v is None or isinstance(v, (int, bool)) or isinstance(v, str) and not _has_surrogates(v)
         ]
-        if len(scalars) != len(values):  # floats, objects and arrays cannot be Literal members
+        # floats, objects, arrays and text pydantic cannot hold (lone surrogates, which JSON's
+        # `\ud800` escapes allow) cannot be Literal members
+        if len(scalars) != len(values):
             return f"Annotated[Any, OneOf({', '.join(py_literal(v) for v in values)})]"
         members = [py_literal(v) for v in values if v is not None]
         literal = f"Literal[{', '.join(dict.fromkeys(members))}]" if members else "None"
         return f"{literal} | None" if members and None in values else literal
 
     def _enum(self, values: list[Any], hint: str) -> str:
-        if not all(isinstance(v, str) for v in values):
+        if not all(isinstance(v, str) and not _has_surrogates(v) for v in values):
             return self._literal(values)
         name = self.claim(class_name(hint))
         members = UniqueNames()
@@ -468,8 +486,8 @@ class ModelWriter:
 
     def model(self, name: str, schema: dict[str, Any], extra: str, doc: str | None = None) -> None:
         """Define a model class `name` for an object schema (`Closed` if `extra` is "forbid")."""
-        properties = dict(schema["properties"]) if isinstance(schema.get("properties"), dict) else {}
-        required = set(schema.get("required") or []) if isinstance(schema.get("required"), list) else set()
+        properties = dict(_mapping(schema.get("properties")))
+        required = set(_names_list(schema.get("required")))
         # A required name the schema does not declare is still a property the tool needs.
         properties |= {str(r): {} for r in sorted(required, key=str) if r not in properties}
         placeholder = len(self._classes)
@@ -486,14 +504,17 @@ class ModelWriter:
         description = with_notes(own, self.take_notes(mark))
         if description and description.strip():
             lines.append(docstring(description, "    "))
+        # A name pydantic cannot hold (a lone surrogate) is sent as the nearest one it can.
+        properties = {_holdable(str(prop)): value for prop, value in properties.items()}
+        required = {_holdable(r) for r in required}
         # A property whose name is a valid field name keeps it; the others get names that are no
         # property's name, since a field's name must not match another field's (wire) alias.
         wire_names = {str(prop) for prop in properties}
         fields = UniqueNames(MODEL_RESERVED | _ANNOTATION_NAMES | {name} | wire_names, ignore_case=False)
         specs = []
         for prop, prop_schema in properties.items():
-            own = field_name(str(prop)) == prop and prop != name
-            field = str(prop) if own else fields.claim(field_name(str(prop)))
+            keeps = field_name(str(prop)) == prop and prop != name
+            field = str(prop) if keeps else fields.claim(field_name(str(prop)))
             hint = class_name(field)
             if not self._class_names.available(hint):
                 hint = f"{name}{hint}"
@@ -616,9 +637,30 @@ def field_name(prop: str) -> str:
     return name
 
 
+def _has_surrogates(text: str) -> bool:
+    """Whether `text` holds a lone surrogate (valid in JSON's escapes, not in pydantic's strings)."""
+    return not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def _holdable(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text) if _has_surrogates(text) else text
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one (a malformed keyword constrains nothing)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _names_list(value: Any) -> list[str]:
+    """The property names of a `required` keyword (other items name no property)."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def _union(members: list[str]) -> str:
-    unique = list(dict.fromkeys(m for part in members for m in _split_union(part)))
-    if "Any" in unique:
+    """`A | B` without repeats; an empty union (`anyOf: []`, `type: []`) constrains nothing."""
+    unique = list(dict.fromkeys(m for part in members for m in _split_union(part) if m))
+    if "Any" in unique or not unique:
         return "Any"
     none_last = [m for m in unique if m != "None"] + (["None"] if "None" in unique else [])
     return " | ".join(none_last)

@@ -147,9 +147,9 @@ class Tools:
         timeout: float = 120,
         max_output_chars: int = 5000,
     ) -> Content | InputRequiredResult:
-        """Run Python in a stateful IPython kernel (await, !shell ok). Code calls registered tools
-        via mcptools.<server>.<tool>.run(); the user may approve each call. kernel: name of an
-        independent kernel."""
+        """Run Python in a stateful IPython kernel (await, !shell ok). Code calls tools via
+        mcptools.<server>.<tool>.run(); the user may approve each. kernel: an independent kernel's
+        name (max 4, a 5th stops the LRU)."""
         who = principal()
         if ctx.request_state is not None:  # a later round: the user answered the approval requests
             run = self.parked.take(ctx.request_state, who)

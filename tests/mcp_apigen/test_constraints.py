@@ -303,6 +303,7 @@ def test_generated_modules_import_neither_the_generator_nor_the_mcp_sdk(
         "ipybox._lazy",  # the package's lazy exports (importlib alone)
         "ipybox.errors",
         "ipybox.mcp_apigen",
+        "ipybox.mcp_apigen.discover",  # output parsers in a package's docstring (standard library only)
         "ipybox.mcp_apigen.runtime",
         "ipybox.tool_exec",
         "ipybox.tool_exec.client",

@@ -113,6 +113,19 @@ def test_init_holds_server_name_and_params(nasty_api: GeneratedApi) -> None:
     assert package.SERVER_PARAMS == nasty_api.params
 
 
+def test_the_header_explains_each_result_notation_its_signatures_use(nasty_api: GeneratedApi) -> None:
+    doc = importlib.import_module(nasty_api.name).__doc__ or ""
+    header, _, signatures = doc.partition("\n\n")
+    assert "\n\nstructured_output(user_id: int = None) -> {received: dict, user: {" in f"\n\n{signatures}"
+    assert "`-> str`: the tool's text as is (may be JSON: print it once, or add an output parser)" in header
+    assert "`-> {a: T, b?: T}`: a typed `Result` with these attributes (`b?`: may be None)" in header
+    assert "`# field: ...`: the field's range, format, units or an example" in header
+    assert "has a trailing `_` (`sum_`)" in header  # the nasty server has a tool named `list`
+    assert "\n\nlist_(x: str = None) -> str" in f"\n\n{signatures}"
+    for unused in ("dict[str, T]", ".root", "run_parsed"):  # notations no signature uses: not explained
+        assert unused not in header
+
+
 async def test_regenerating_replaces_the_package(tmp_path: Path) -> None:
     root = tmp_path / "mcptools"
     first = await generate_mcp_sources("srv", nasty_params(), root)

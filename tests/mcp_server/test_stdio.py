@@ -65,7 +65,7 @@ async def test_lists_four_compact_tools_without_output_schemas(workspace: Path, 
     # what an agent needs to use each tool, in few words
     expected_words = {
         "register_mcp_server": ["mcptools", "${VAR}", ".env", "Params", "run()", "command", "url"],
-        "execute_ipython_cell": ["stateful", "mcptools", "approve", "kernel"],
+        "execute_ipython_cell": ["stateful", "mcptools", "approve", "kernel", "max 4"],
         "install_package": ["pip", "git+https"],
         "reset": ["variables", "mcptools"],
     }

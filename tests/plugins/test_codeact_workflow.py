@@ -169,6 +169,8 @@ async def test_codeact_workflow(tmp_path: Path) -> None:
             "r = get_sum.run_parsed(get_sum.Params(a=2.5, b=4))\nprint(type(r).__name__, r.a, r.b, r.total)",
         )
         assert parsed.strip() == "ParseResult 2.5 4.0 6.5"
+        found = await cell(s, "from mcptools import search\nprint(search('sum'))")  # the parser shows at once
+        assert "; run_parsed() -> {a: float, b: float, total: float}" in found.splitlines()[0]
 
         # 4. Registering the server again regenerates the API and keeps the parser.
         await call(s, "register_mcp_server", server_name="everything", server_params=everything)

@@ -185,6 +185,17 @@ def test_skill_teaches_every_tool_of_the_server() -> None:
     assert "ModuleNotFoundError" in text
 
 
+def test_skill_explains_every_signature_notation_and_the_kernel_limit() -> None:
+    """Each notation a package docstring can explain is explained in the skill too, in its words."""
+    from ipybox.mcp_apigen.generate import _NOTATIONS
+
+    text = (SKILL / "SKILL.md").read_text()
+    notations = [re.findall(r"`([^`]+)`", explanation)[0] for explanation in _NOTATIONS.values()]
+    assert [n for n in notations if n not in text and n.split(":")[0] not in text] == []
+    assert "at most 4" in text and "least recently" in text  # kernels per principal
+    assert "sum_" in text  # tools named like builtins
+
+
 @pytest.mark.parametrize(
     "doc", ["SKILL.md", "references/output-parsers.md", "references/saving-code-actions.md"]
 )
