@@ -25,7 +25,7 @@ from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.spares import SpareKernels
 from ipybox.mcp_server import packages
 from ipybox.mcp_server.approval import ApprovalPolicy
-from ipybox.mcp_server.cells import ParkedRuns
+from ipybox.mcp_server.channels import ParkedRuns
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool
 from ipybox.mcp_server.output import Spill
