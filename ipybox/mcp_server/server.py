@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import shlex
@@ -146,7 +147,7 @@ def _new_executor(
     kwargs = {f.name: getattr(executor_options, f.name) for f in fields(executor_options)}
     if (principal, name) != (LOCAL, DEFAULT_KERNEL):  # a fixed port fits one tool server
         kwargs["tool_server_port"] = None
-    return CodeExecutor(
+    executor = CodeExecutor(
         **kwargs,
         spare_kernel=spares,
         kernel_env=homes.kernel_env(principal),
@@ -155,6 +156,9 @@ def _new_executor(
         audit_log=homes.audit_log(principal),
         log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
     )
+    # ipybox's records there (notebooks, cut outputs) are read-only to a sandboxed kernel
+    executor._settings = dataclasses.replace(executor._settings, state_dirs=(homes.state(principal),))
+    return executor
 
 
 async def _install(package_name: str, kernels: KernelPool, principal: str, on_gateway: bool) -> str:
