@@ -7,7 +7,7 @@ import binascii
 import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ipybox.kernel_mgr.limits import format_size
@@ -26,13 +26,20 @@ DROPPED_MARK = "characters of output dropped here"
 
 @dataclass
 class KernelEvent:
-    """Something a running cell produced: a stream chunk, display text or an image."""
+    """Something a running cell produced: a stream chunk, display text or an image; or what ipybox
+    keeps in no text (`other`: display data of other types; `error`: the exception it raised).
 
-    kind: str  # "stream" | "text" | "image"
+    Each event from the kernel carries the iopub message it came from (`msg_type`, `content`), for
+    consumers that keep outputs as Jupyter does (the session notebook); a note ipybox adds has none.
+    """
+
+    kind: str  # "stream" | "text" | "image" | "other" | "error"
     text: str = ""
     data: bytes = b""
     #: An image as the kernel sent it (base64), decoded only if it is kept.
     encoded: str = ""
+    msg_type: str = field(default="", compare=False)
+    content: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def size(self) -> int:
@@ -60,18 +67,22 @@ class OutputCollector:
     def add(self, msg: dict[str, Any]) -> None:
         msg_type = msg["msg_type"]
         content = msg["content"]
+        source = {"msg_type": msg_type, "content": content}
         if msg_type == "stream":
-            self._emit(KernelEvent("stream", text=strip_ansi(content.get("text", ""))))
+            self._emit(KernelEvent("stream", text=strip_ansi(content.get("text", "")), **source))
         elif msg_type in ("execute_result", "display_data", "update_display_data"):
             data = content.get("data", {})
             if "image/png" in data:
-                self._emit(KernelEvent("image", encoded=data["image/png"]))
+                self._emit(KernelEvent("image", encoded=data["image/png"], **source))
             elif "text/plain" in data:
-                self._emit(KernelEvent("text", text=strip_ansi(data["text/plain"]) + "\n"))
+                self._emit(KernelEvent("text", text=strip_ansi(data["text/plain"]) + "\n", **source))
+            else:
+                self._emit(KernelEvent("other", **source))
         elif msg_type == "error":
             self.error = strip_ansi("\n".join(content.get("traceback", [])))
             if not self.error.strip():
                 self.error = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+            self._emit(KernelEvent("error", **source))
 
 
 class OutputBuffer:
@@ -99,6 +110,8 @@ class OutputBuffer:
     def add(self, event: KernelEvent) -> None:
         if event.kind == "image":
             self._add_image(event)
+            return
+        if event.kind not in ("stream", "text"):
             return
         text = event.text
         if self._limit is None:

@@ -19,6 +19,22 @@ logger = logging.getLogger(__name__)
 _MAX_FIELD = 2000
 
 
+def redact_value(value: Any, secrets: Iterable[str], limit: int | None = _MAX_FIELD) -> Any:
+    """`value` (JSON-like) as a record keeps it: each secret in its strings replaced by `***`, and
+    each string cut to `limit` characters (None: not cut) with `…` marking the cut.
+
+    The audit log and the session notebooks (`ipybox.notebook`) keep tool calls by these rules.
+    """
+    if isinstance(value, str):
+        value = redact(value, secrets)
+        return value if limit is None or len(value) <= limit else value[:limit] + "…"
+    if isinstance(value, dict):
+        return {k: redact_value(v, secrets, limit) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v, secrets, limit) for v in value]
+    return value
+
+
 class AuditLog:
     """Appends tool call records to a JSON Lines file.
 
@@ -43,14 +59,7 @@ class AuditLog:
         self._secrets.update(values)
 
     def _redact(self, value: Any) -> Any:
-        if isinstance(value, str):
-            value = redact(value, self._secrets)
-            return value[:_MAX_FIELD] + ("…" if len(value) > _MAX_FIELD else "")
-        if isinstance(value, dict):
-            return {k: self._redact(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._redact(v) for v in value]
-        return value
+        return redact_value(value, self._secrets)
 
     def record(
         self,

@@ -98,7 +98,9 @@ def test_output_collector_orders_events_and_decodes_images() -> None:
         KernelEvent("stream", text="out\n"),
         KernelEvent("image", encoded=base64.b64encode(b"png").decode()),  # decoded only if kept
         KernelEvent("text", text="42\n"),
+        KernelEvent("error"),  # kept in no text; its message is there for the session notebook
     ]
+    assert (seen[3].msg_type, seen[3].content["ename"]) == ("error", "E")
     assert (seen[1].size, seen[1].image()) == (3, b"png")
     assert collector.error == "Trace\nE: v"
 

@@ -1,0 +1,171 @@
+"""A session record as nbformat v4 and back.
+
+Every text a kernel supplied (outputs, tool names and arguments, results, errors) is data: outputs
+keep their Jupyter MIME types (front ends sanitize a notebook's HTML as untrusted), and what ipybox
+renders itself (tool calls, marks) is escaped HTML and markdown, so no markup or script of the
+kernel's reaches a reader.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import nbformat
+
+from ipybox._version import __version__
+from ipybox.errors import IpyboxError
+from ipybox.tool_exec.approval import display
+
+if TYPE_CHECKING:
+    from ipybox.notebook.record import CellRecord, SessionMark, SessionRecord, ToolCallRecord
+
+#: The record's format in the notebook's and cells' `ipybox` metadata.
+FORMAT = 1
+#: What a tool call's output carries in its metadata, so a load tells it from the cell's own outputs.
+TOOL_CALL_KEY = "ipybox_tool_call"
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>=:$])")
+_DECIDED = {
+    "accepted": "accepted",
+    "rejected": "rejected",
+    "auto": "run without asking (auto-approved)",
+    "refused": "refused",
+    "timed_out": "not decided in time",
+}
+
+
+class NotebookError(IpyboxError, ValueError):
+    """A notebook ipybox cannot read as a session record (not JSON, not nbformat v4, or invalid)."""
+
+
+def stream(name: str, text: str) -> dict[str, Any]:
+    return {"output_type": "stream", "name": name if name in ("stdout", "stderr") else "stdout", "text": text}
+
+
+def display_output(msg_type: str, content: dict[str, Any], execution_count: int) -> dict[str, Any]:
+    data = {str(k): _mime_value(v) for k, v in (content.get("data") or {}).items()}
+    metadata = content.get("metadata") or {}
+    if msg_type == "execute_result":
+        return {
+            "output_type": "execute_result",
+            "execution_count": execution_count,
+            "data": data,
+            "metadata": metadata,
+        }
+    return {"output_type": "display_data", "data": data, "metadata": metadata}
+
+
+def _mime_value(value: Any) -> Any:
+    return value if isinstance(value, str | dict | list) else str(value)
+
+
+def error_output(content: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    traceback = [str(line) for line in content.get("traceback") or []]
+    if limit is not None and sum(map(len, traceback)) > limit:  # a deep recursion: head and tail
+        keep = max(limit // 2 // max(max(map(len, traceback)), 1), 1)
+        traceback = [
+            *traceback[:keep],
+            f"[... {len(traceback) - 2 * keep} lines dropped ...]",
+            *traceback[-keep:],
+        ]
+    return {
+        "output_type": "error",
+        "ename": str(content.get("ename", "Error")),
+        "evalue": str(content.get("evalue", "")),
+        "traceback": traceback,
+    }
+
+
+def tool_call_output(call: ToolCallRecord) -> dict[str, Any]:
+    """The compact, visible form of a tool call: one line saying what ran and who decided it."""
+    shown = display.call(call.server, call.tool, call.arguments, lambda _: "see the cell's metadata")
+    verdict = _DECIDED.get(call.decision, call.decision)
+    by = f" by {call.decided_by}" if call.decided_by else ""
+    outcome = f"error: {call.error}" if call.error is not None else (call.result_text or "")
+    outcome = display.escape(outcome[:300]) + ("…" if len(outcome) > 300 else "")
+    plain = f"tool call: {shown} → {verdict}{by}" + (f"\n  {outcome}" if outcome else "")
+    rendered = (
+        '<div class="ipybox-tool-call" style="border-left:3px solid #888;padding-left:6px;font-size:90%">'
+        f"<b>tool call</b> <code>{html.escape(shown)}</code> → {html.escape(verdict + by)}"
+        + (f"<br><small>{html.escape(outcome)}</small>" if outcome else "")
+        + "</div>"
+    )
+    return {
+        "output_type": "display_data",
+        "data": {"text/plain": plain, "text/html": rendered},
+        "metadata": {TOOL_CALL_KEY: True},
+    }
+
+
+def markdown_escape(text: str) -> str:
+    """`text` shown as itself in markdown: no HTML, no markup, no link, no math."""
+    escaped = html.escape(display.escape(text), quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", escaped)
+
+
+def mark_cell(mark: SessionMark) -> nbformat.NotebookNode:
+    """A reset or restart, as a markdown cell between the cells before and after it."""
+    what = "Kernel reset" if mark.kind == "reset" else "Kernel restarted"
+    text = f"**{what}** ({markdown_escape(mark.time)}): {markdown_escape(mark.reason)}. "
+    text += "The variables and imports of the cells above are gone."
+    meta = {"ipybox": {"mark": mark.kind, "reason": mark.reason, "time": mark.time}}
+    return nbformat.v4.new_markdown_cell(text, metadata=meta)
+
+
+def notebook(record: SessionRecord, cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    """A validated notebook of `cells` (from `code_cell()` and `mark_cell()`)."""
+    nb = nbformat.v4.new_notebook(
+        cells=cells,
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+            "language_info": {"name": "python"},
+            "ipybox": {
+                "format": FORMAT,
+                "version": __version__,
+                "kernel": record.kernel_name,
+                "created": record.created,
+            },
+        },
+    )
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as e:  # a bug of ours, not the kernel's: say what broke
+        raise NotebookError(f"the session record is not a valid notebook: {e.message}") from None
+    return nb
+
+
+def code_cell(cell: CellRecord) -> nbformat.NotebookNode:
+    meta: dict[str, Any] = {
+        "ipybox": {
+            "started": cell.started,
+            "duration_s": cell.duration_s,
+            "status": cell.status,
+            "code_sha256": cell.code_sha256,
+            "tool_calls": [call.to_json() for call in cell.tool_calls],
+        }
+    }
+    if cell.error is not None:
+        meta["ipybox"]["error"] = cell.error
+    node = nbformat.v4.new_code_cell(cell.code, metadata=meta, execution_count=cell.execution_count)
+    node.outputs = [nbformat.from_dict(output) for output in cell.outputs]
+    return node
+
+
+def dumps(nb: nbformat.NotebookNode) -> str:
+    return str(nbformat.writes(nb, version=4))
+
+
+def parse(text: str, path: Path) -> nbformat.NotebookNode:
+    """The validated v4 notebook `text` (read from `path`); `NotebookError` saying why not."""
+    try:
+        nb = nbformat.reads(text, as_version=4)
+        nbformat.validate(nb)
+    except (nbformat.ValidationError, ValueError, KeyError, AttributeError) as e:
+        message = getattr(e, "message", None) or str(e)
+        raise NotebookError(
+            f"{path} is not a valid Jupyter notebook (nbformat v4): {message}. Pass a notebook that "
+            "ipybox saved (CodeExecutor.save_notebook) or another valid .ipynb file."
+        ) from None
+    return nb
