@@ -8,7 +8,7 @@ import os
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ipybox._service import Service
 from ipybox.kernel_mgr.backend import KernelBackend, KernelSettings, ToolEndpoint, backend_for
@@ -26,9 +26,17 @@ from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.supervisor import KernelSupervisor, SpareKernels
 from ipybox.tool_exec.server import ToolServer
 
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
+
+    from ipybox.notebook import SessionRecord
+    from ipybox.notebook.replay import ResumeReport
+
 __all__ = ["CodeExecutionChunk", "CodeExecutionError", "CodeExecutionResult", "CodeExecutor"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: What a path argument may be: `Path`, `str` or any other `os.PathLike`.
 StrPath = str | os.PathLike[str]
@@ -41,33 +49,31 @@ def _path(value: StrPath | None) -> Path | None:
 class CodeExecutor(Service):
     """Executes Python code in a stateful IPython kernel whose MCP tool calls need approval.
 
-    The kernel runs in a subprocess (optionally sandboxed) with the caller's working
-    directory and only the environment given in `kernel_env`. Its tool calls go to an
-    embedded `ToolServer` over a unix socket; `stream()` yields an `ApprovalRequest` for
-    each one (unless `approve_tool_calls` is False), `execute()` approves them all.
-    `sandbox_gpus` ("all", "0,1" or [0, 1]) lets a sandboxed kernel use those NVIDIA GPUs.
+    The kernel runs in a subprocess (optionally sandboxed) with the caller's working directory and only the
+    environment given in `kernel_env`. Its tool calls go to an embedded `ToolServer` over a unix socket;
+    `stream()` yields an `ApprovalRequest` for each one (unless `approve_tool_calls` is False), `execute()`
+    approves them all. `sandbox_gpus` ("all", "0,1" or [0, 1]) lets a sandboxed kernel use those NVIDIA GPUs.
 
-    With `approve_shell_cmds`, each `!cmd` (`tool_name` "shell") and `%%bash`/`%%sh` cell
-    ("shell_magic") also waits for approval, with `tool_args == {"cmd": ...}`; with
-    `require_shell_escape` as well, starting programs from Python (`subprocess`, `os.system`,
-    ...) raises, so they take that path. With `working_dir` given, the kernel starts there and
-    a cell that changes directory is moved back after it ends; without, it starts in the current
-    directory and a change persists. `approval_timeout=None` waits for decisions for ever.
-    A warm spare kernel makes `reset()` a swap (`spare_kernel`; a `SpareKernels` bounds the
-    spares of several executors together).
+    With `approve_shell_cmds`, each `!cmd` (`tool_name` "shell") and `%%bash`/`%%sh` cell ("shell_magic") also
+    waits for approval, with `tool_args == {"cmd": ...}`; with `require_shell_escape` as well, starting
+    programs from Python (`subprocess`, `os.system`, ...) raises, so they take that path. With `working_dir`
+    given, the kernel starts there and a cell that changes directory is moved back after it ends; without, it
+    starts in the current directory and a change persists. `approval_timeout=None` waits for decisions for
+    ever. A warm spare kernel makes `reset()` a swap (`spare_kernel`; a `SpareKernels` bounds the spares of
+    several executors together).
 
-    Tool servers start only MCP servers registered for `working_dir` or (local kernels) for a
-    directory on `kernel_env`'s `PYTHONPATH`; their `${VAR}` placeholders take values from
-    `working_dir/.env` and the environment (only `allow_env`'s names, if given), or from
-    `placeholder_env` alone (see docs/tool-calls.md).
+    Tool servers start only MCP servers registered for `working_dir` or (local kernels) for a directory on
+    `kernel_env`'s `PYTHONPATH`; their `${VAR}` placeholders take values from `working_dir/.env` and the
+    environment (only `allow_env`'s names, if given), or from `placeholder_env` alone (see
+    docs/tool-calls.md).
 
-    Kernels live where `backend` puts them (a `KernelBackend`, see docs/architecture.md): by
-    default in a local subprocess, or, with `kernel_gateway_url` (or `kernel_gateway_host` and
-    `kernel_gateway_port`), on that Jupyter Kernel Gateway or Enterprise Gateway (kernelspec
-    `kernel_name`, token `kernel_gateway_token`, default: `IPYBOX_KERNEL_GATEWAY_TOKEN`), calling
-    tools over TCP at `tool_server_host:tool_server_port` (default: any free port) as reached from
-    `kernel_tool_server_host`, with a per-executor secret (docs/remote-kernels.md). With
-    `tool_server_port`, a local executor's tool server also listens on TCP for its `token`.
+    Kernels live where `backend` puts them (a `KernelBackend`, see docs/architecture.md): by default in a
+    local subprocess, or, with `kernel_gateway_url` (or `kernel_gateway_host` and `kernel_gateway_port`), on
+    that Jupyter Kernel Gateway or Enterprise Gateway (kernelspec `kernel_name`, token `kernel_gateway_token`,
+    default: `IPYBOX_KERNEL_GATEWAY_TOKEN`), calling tools over TCP at `tool_server_host:tool_server_port`
+    (default: any free port) as reached from `kernel_tool_server_host`, with a per-executor secret
+    (docs/remote-kernels.md). With `tool_server_port`, a local executor's tool server also listens on TCP for
+    its `token`.
     """
 
     def __init__(
@@ -119,18 +125,13 @@ class CodeExecutor(Service):
             limits=self.limits,
             sandbox_gpus=sandbox_gpus,
         )
-        if require_shell_escape and not approve_shell_cmds:
-            raise ValueError(
-                "require_shell_escape=True needs approve_shell_cmds=True: it sends programs through "
-                "approved shell commands, which are only asked for with approve_shell_cmds."
-            )
-        for name, value in (
-            ("approval_timeout", approval_timeout),
-            ("connect_timeout", connect_timeout),
-            ("kernel_init_timeout", kernel_init_timeout),
-            ("tool_timeout", tool_timeout),
-        ):
-            check_timeout(name, value)
+        _check_options(
+            require_shell_escape and not approve_shell_cmds,
+            approval_timeout=approval_timeout,
+            connect_timeout=connect_timeout,
+            kernel_init_timeout=kernel_init_timeout,
+            tool_timeout=tool_timeout,
+        )
         self.approve_tool_calls = approve_tool_calls
         self.approve_shell_cmds = approve_shell_cmds
         self.require_shell_escape = require_shell_escape
@@ -163,6 +164,7 @@ class CodeExecutor(Service):
         }
         self._tool_server: ToolServer | None = None
         self._kernels: KernelSupervisor | None = None
+        self._record: SessionRecord | None = None  # the session's, from the first start on
         self._lock = asyncio.Lock()
         #: The cells started or starting, for cancel(); a cell leaves when it ends.
         self._cells: weakref.WeakSet[Cell] = weakref.WeakSet()
@@ -171,9 +173,7 @@ class CodeExecutor(Service):
 
     @property
     def tool_server(self) -> ToolServer:
-        if self._tool_server is None:
-            raise _not_started()
-        return self._tool_server
+        return _started(self._tool_server)
 
     async def start(self) -> None:
         """Start the tool server and the kernel."""
@@ -195,7 +195,9 @@ class CodeExecutor(Service):
             self.backend.kernel_factory(endpoint),
             spare=self._spare_kernel,
             start_timeout=self._kernel_init_timeout,
+            record=self._record,
         )
+        self._record = self._kernels.record
         await self._kernels.start()
 
     async def upload(self, local_path: str | os.PathLike[str], remote_path: str) -> None:
@@ -236,7 +238,7 @@ class CodeExecutor(Service):
         Variables, imports and definitions are gone; installed packages and files stay.
         """
         async with self._lock:
-            await self._require_kernels().replace()
+            await self._require_kernels().reset()
             await self.tool_server.reset()
 
     def execute(self, code: str, timeout: float | None = 120) -> Coroutine[Any, Any, CodeExecutionResult]:
@@ -279,7 +281,7 @@ class CodeExecutor(Service):
         try:
             async with self._lock:
                 kernels = self._require_kernels()
-                async for item in cell.run(kernels, self.tool_server.approval):
+                async for item in cell.run(kernels, self.tool_server):
                     if isinstance(item, CellOutput):
                         yield _result(item, self.images_dir, self.working_dir)
                     else:
@@ -287,10 +289,33 @@ class CodeExecutor(Service):
         finally:
             self._cells.discard(cell)
 
+    def notebook(self) -> NotebookNode:
+        """The session so far as a Jupyter notebook (nbformat v4), see docs/notebooks.md."""
+        return _started(self._record).to_notebook()
+
+    def save_notebook(self, path: StrPath) -> None:
+        """Write `notebook()` to `path` atomically; below `working_dir` no link is followed."""
+        _started(self._record).save(path, trusted=self.working_dir)
+
+    async def resume(self, path: StrPath) -> ResumeReport:
+        """Rebuild the state of the session saved at `path` by running its cells again, each tool
+        call answered from the notebook, not made or asked again (docs/notebooks.md)."""
+        from ipybox.notebook import replay  # on use, as it reads notebooks (nbformat is slow to import)
+
+        return await replay.resume(self, path)
+
     def _require_kernels(self) -> KernelSupervisor:
-        if self._kernels is None:
-            raise _not_started()
-        return self._kernels
+        return _started(self._kernels)
+
+
+def _check_options(shell_escape_alone: bool, **timeouts: float | None) -> None:
+    if shell_escape_alone:
+        raise ValueError(
+            "require_shell_escape=True needs approve_shell_cmds=True: it sends programs through "
+            "approved shell commands, which are only asked for with approve_shell_cmds."
+        )
+    for name, value in timeouts.items():
+        check_timeout(name, value)
 
 
 def _result(output: CellOutput, images_dir: Path, workspace: Path) -> CodeExecutionResult:
@@ -305,6 +330,13 @@ def _result(output: CellOutput, images_dir: Path, workspace: Path) -> CodeExecut
             f"{output.text}\n{note}" if output.text else note, [], output.images
         )
     return CodeExecutionResult._saved(output.text, paths, output.images)
+
+
+def _started(value: _T | None) -> _T:
+    """`value`, a part the executor makes at its start; `RuntimeError` while not started."""
+    if value is None:
+        raise _not_started()
+    return value
 
 
 def _not_started() -> RuntimeError:

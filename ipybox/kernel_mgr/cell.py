@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipybox import _safe_fs
 from ipybox.errors import IpyboxError
@@ -25,8 +26,12 @@ from ipybox.kernel_mgr.kernel import KernelDied, KernelReply
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, LiveBudget, OutputBuffer
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
+from ipybox.notebook.record import SessionRecord
 from ipybox.tool_exec.approval.client import ApprovalRequest
-from ipybox.tool_exec.approval.server import ApprovalChannel
+from ipybox.tool_exec.calls import ToolCallEvent
+
+if TYPE_CHECKING:
+    from ipybox.tool_exec.server import ToolServer
 
 
 @dataclass
@@ -116,24 +121,28 @@ class Cell:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(
-        self, kernels: KernelSupervisor, approval: ApprovalChannel
+        self, kernels: KernelSupervisor, tools: ToolServer
     ) -> AsyncIterator[ApprovalRequest | CodeExecutionChunk | CellOutput]:
         """Yield approval requests, chunks (if `chunks`) and, unless cancelled, the `CellOutput`.
 
         Raises `CodeExecutionError` if the code fails or the kernel is lost, `TimeoutError` at the
-        timeout (the cell is interrupted, the kernel keeps its state).
+        timeout (the cell is interrupted, the kernel keeps its state). The cell's events (output,
+        approvals, settled tool calls) also go to the session's record, `kernels.record`.
         """
         if self.cancelled.is_set():
             return
+        approval = tools.approval
         queue: asyncio.Queue[Any] = asyncio.Queue()
         output = OutputBuffer(self.limits.output, self.limits.images, self.limits.image_bytes)
         deadline = Deadline(self.timeout)
         pending: list[ApprovalRequest] = []
+        record = _Recording(kernels.record, self.code)
 
         live = LiveBudget(self.limits.output)  # chunks a slow reader has not taken yet
 
         def on_event(event: KernelEvent) -> None:
             output.add(event)
+            record.cell.add_event(event)
             if self.chunks and event.kind == "stream" and (text := live.admit(event.text)) is not None:
                 queue.put_nowait(CodeExecutionChunk(text))
 
@@ -141,6 +150,7 @@ class Cell:
             pending.append(request)
             queue.put_nowait(request)
 
+        tools.observers.append(record.on_call)
         approval.connect(on_approval)
         approval.auto_approve = self.auto_approve
         approval.auto_approve_kinds = frozenset() if self.approve_tool_calls else frozenset({"tool"})
@@ -155,10 +165,13 @@ class Cell:
                     live.taken(item.text)
                 yield item
             if self.cancelled.is_set():  # also when the result came first but is not passed on yet
+                record.end("cancelled: CodeExecutor.cancel() interrupted it")
                 return
-            reply = self._reply(task, output)
+            reply = record.ended(task, lambda: self._reply(task, output))
         finally:
             watcher.cancel()
+            record.end("interrupted: its caller stopped waiting for it")  # unless ended above
+            tools.observers.remove(record.on_call)
             approval.disconnect(on_approval)
             approval.auto_approve = False
             approval.auto_approve_kinds = frozenset()
@@ -191,3 +204,43 @@ class Cell:
             ) from None
         except KernelStartError as e:  # no kernel: e.g. the gateway is down, or refuses to start one
             raise CodeExecutionError(str(e), output.text()) from None
+
+
+class _Recording:
+    """One cell's entry in the session record: its outputs, its settled tool calls, and its end
+    (with a restart mark after it when its kernel died)."""
+
+    def __init__(self, session: SessionRecord, code: str) -> None:
+        self.session = session
+        self.cell = session.begin_cell(code)
+        self._started = time.monotonic()
+        self._open = True
+
+    def on_call(self, event: ToolCallEvent) -> None:
+        self.cell.add_tool_call(
+            event.server_name,
+            event.tool_name,
+            event.tool_args,
+            event.decision,
+            event.decided_by,
+            result=event.result,
+            error=event.error,
+            secrets=event.secrets,
+        )
+
+    def end(self, error: str | None) -> None:
+        if self._open:
+            self._open = False
+            self.cell.finish(time.monotonic() - self._started, error)
+
+    def ended(self, task: asyncio.Task[KernelReply], reply: Callable[[], KernelReply]) -> KernelReply:
+        """`reply()`, the cell's end recorded with it: its error, or the kernel's death and restart."""
+        try:
+            result = reply()
+        except BaseException as e:
+            self.end(str(e))
+            if isinstance(task.exception(), KernelDied):
+                self.session.mark_restart(str(task.exception()))
+            raise
+        self.end(result.error)
+        return result

@@ -12,6 +12,7 @@ from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.kernel import KernelDied, KernelReply
 from ipybox.kernel_mgr.output import KernelEvent
 from ipybox.kernel_mgr.spares import SpareKernels
+from ipybox.notebook.record import SessionRecord
 
 __all__ = ["KernelLike", "KernelSupervisor", "SpareKernels"]
 
@@ -25,11 +26,20 @@ class KernelSupervisor:
     A spare kernel is started in the background after the first one is ready, so that
     `reset()` and recovery from a dead kernel only swap kernels instead of starting one.
     With `spare` a `SpareKernels`, the spare is kept only while it has a place there.
+    `record` is the session's record that the cells run on these kernels add to (default: a new one).
     """
 
     def __init__(
-        self, factory: Callable[[], KernelLike], spare: bool | SpareKernels = True, start_timeout: float = 30
+        self,
+        factory: Callable[[], KernelLike],
+        spare: bool | SpareKernels = True,
+        start_timeout: float = 30,
+        *,
+        record: SessionRecord | None = None,
     ) -> None:
+        self.record = record if record is not None else SessionRecord()
+        if self.record.entries:  # a session going on: the kernel that held its state is gone
+            self.record.mark_restart("the executor was stopped and started again")
         self._new = factory
         self._spare_enabled = spare is not False
         self._places = spare if isinstance(spare, SpareKernels) else None
@@ -105,6 +115,11 @@ class KernelSupervisor:
             kernel = await self._start_kernel()
         self._kernel = kernel
         self._prepare_spare()
+
+    async def reset(self) -> None:
+        """`replace()` on request, marked as a reset in the session's record."""
+        await self.replace()
+        self.record.mark_reset()
 
     def _retire(self, kernel: KernelLike) -> None:
         task = asyncio.create_task(kernel.stop())

@@ -23,6 +23,11 @@ The API (stable; only additions from here on):
   - `finish(duration_s, error=None)`.
   - `code`, `outputs` (nbformat output dicts), `tool_calls`, `status`, `error`, `code_sha256`.
 
+Resume (`ipybox.notebook.replay`, imported on use): `await resume(executor, path) -> ResumeReport`
+(also `CodeExecutor.resume(path)`) runs the cells after the notebook's last reset or restart again,
+with the tool server's `calls` seam (`tool_exec.calls.ToolCalls`) set to a `ReplayCalls` that answers
+every tool call and shell approval from the record; `ResumeError` (`.cell`) where a cell diverges.
+
 Outputs are kept as ipybox keeps a cell's output (`ResourceLimits.output`: head and tail around a
 marker; `images`, `image_bytes`). Every text from the kernel is data: what ipybox renders itself
 is escaped HTML and markdown.

@@ -1,5 +1,8 @@
 """A session record as nbformat v4 and back.
 
+nbformat is imported where a notebook is made or read, not with ipybox: it takes long to import
+(its JSON schema validation), and a recorder that never saves never needs it.
+
 Every text a kernel supplied (outputs, tool names and arguments, results, errors) is data: outputs
 keep their Jupyter MIME types (front ends sanitize a notebook's HTML as untrusted), and what ipybox
 renders itself (tool calls, marks) is escaped HTML and markdown, so no markup or script of the
@@ -13,19 +16,21 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import nbformat
-
 from ipybox._version import __version__
 from ipybox.errors import IpyboxError
 from ipybox.tool_exec.approval import display
 
 if TYPE_CHECKING:
+    import nbformat
+
     from ipybox.notebook.record import CellRecord, SessionMark, SessionRecord, ToolCallRecord
 
 #: The record's format in the notebook's and cells' `ipybox` metadata.
 FORMAT = 1
 #: What a tool call's output carries in its metadata, so a load tells it from the cell's own outputs.
 TOOL_CALL_KEY = "ipybox_tool_call"
+#: MIME types whose content is script, which a front end would run.
+_SCRIPTS = frozenset({"application/javascript", "text/javascript", "application/x-javascript"})
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>=:$])")
 _DECIDED = {
     "accepted": "accepted",
@@ -44,8 +49,12 @@ def stream(name: str, text: str) -> dict[str, Any]:
     return {"output_type": "stream", "name": name if name in ("stdout", "stderr") else "stdout", "text": text}
 
 
-def display_output(msg_type: str, content: dict[str, Any], execution_count: int) -> dict[str, Any]:
-    data = {str(k): _mime_value(v) for k, v in (content.get("data") or {}).items()}
+def display_output(msg_type: str, content: dict[str, Any], execution_count: int) -> dict[str, Any] | None:
+    """The output of a display message; None if nothing of it is kept (script is never kept: a
+    notebook's reader would run it)."""
+    data = {str(k): _mime_value(v) for k, v in (content.get("data") or {}).items() if k not in _SCRIPTS}
+    if not data:
+        return None
     metadata = content.get("metadata") or {}
     if msg_type == "execute_result":
         return {
@@ -82,7 +91,7 @@ def tool_call_output(call: ToolCallRecord) -> dict[str, Any]:
     """The compact, visible form of a tool call: one line saying what ran and who decided it."""
     shown = display.call(call.server, call.tool, call.arguments, lambda _: "see the cell's metadata")
     verdict = _DECIDED.get(call.decision, call.decision)
-    by = f" by {call.decided_by}" if call.decided_by else ""
+    by = f" by {display.escape(call.decided_by)}" if call.decided_by else ""
     outcome = f"error: {call.error}" if call.error is not None else (call.result_text or "")
     outcome = display.escape(outcome[:300]) + ("…" if len(outcome) > 300 else "")
     plain = f"tool call: {shown} → {verdict}{by}" + (f"\n  {outcome}" if outcome else "")
@@ -107,8 +116,10 @@ def markdown_escape(text: str) -> str:
 
 def mark_cell(mark: SessionMark) -> nbformat.NotebookNode:
     """A reset or restart, as a markdown cell between the cells before and after it."""
+    import nbformat
+
     what = "Kernel reset" if mark.kind == "reset" else "Kernel restarted"
-    text = f"**{what}** ({markdown_escape(mark.time)}): {markdown_escape(mark.reason)}. "
+    text = f"**{what}** ({markdown_escape(mark.time)}): {markdown_escape(mark.reason.rstrip('.'))}. "
     text += "The variables and imports of the cells above are gone."
     meta = {"ipybox": {"mark": mark.kind, "reason": mark.reason, "time": mark.time}}
     return nbformat.v4.new_markdown_cell(text, metadata=meta)
@@ -116,6 +127,8 @@ def mark_cell(mark: SessionMark) -> nbformat.NotebookNode:
 
 def notebook(record: SessionRecord, cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
     """A validated notebook of `cells` (from `code_cell()` and `mark_cell()`)."""
+    import nbformat
+
     nb = nbformat.v4.new_notebook(
         cells=cells,
         metadata={
@@ -137,6 +150,8 @@ def notebook(record: SessionRecord, cells: list[nbformat.NotebookNode]) -> nbfor
 
 
 def code_cell(cell: CellRecord) -> nbformat.NotebookNode:
+    import nbformat
+
     meta: dict[str, Any] = {
         "ipybox": {
             "started": cell.started,
@@ -154,15 +169,19 @@ def code_cell(cell: CellRecord) -> nbformat.NotebookNode:
 
 
 def dumps(nb: nbformat.NotebookNode) -> str:
+    import nbformat
+
     return str(nbformat.writes(nb, version=4))
 
 
 def parse(text: str, path: Path) -> nbformat.NotebookNode:
     """The validated v4 notebook `text` (read from `path`); `NotebookError` saying why not."""
+    import nbformat
+
     try:
         nb = nbformat.reads(text, as_version=4)
         nbformat.validate(nb)
-    except (nbformat.ValidationError, ValueError, KeyError, AttributeError) as e:
+    except (nbformat.ValidationError, ValueError, KeyError, AttributeError, TypeError) as e:
         message = getattr(e, "message", None) or str(e)
         raise NotebookError(
             f"{path} is not a valid Jupyter notebook (nbformat v4): {message}. Pass a notebook that "

@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import nbformat
+from typing import TYPE_CHECKING, Any
 
 from ipybox import _safe_fs
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import DROPPED_MARK, KernelEvent
 from ipybox.notebook import _format
 from ipybox.tool_exec.audit import redact_value
+
+if TYPE_CHECKING:
+    import nbformat
 
 #: Characters of a tool call's result text shown in the notebook (the whole result is in its metadata).
 RESULT_TEXT_LIMIT = 2000
@@ -222,7 +224,8 @@ class CellRecord:
                 return
             self._images += 1
             self._image_bytes += size
-        self.outputs.append(_format.display_output(msg_type, content, self.execution_count))
+        if (output := _format.display_output(msg_type, content, self.execution_count)) is not None:
+            self.outputs.append(output)
 
 
 class _TextBudget:
@@ -309,7 +312,7 @@ class SessionRecord:
             cell.id = f"ipybox-{index}"
         return _format.notebook(self, cells)
 
-    def save(self, path: str | Path, *, trusted: str | Path | None = None) -> None:
+    def save(self, path: str | os.PathLike[str], *, trusted: str | os.PathLike[str] | None = None) -> None:
         """Write the notebook to `path` atomically (a new file renamed into place).
 
         Below `trusted` (a directory kernel code can write, e.g. its working directory) the
@@ -322,7 +325,9 @@ class SessionRecord:
             _safe_fs.replace_file(fd, path.name, io.BytesIO(data))
 
     @classmethod
-    def load(cls, path: str | Path, *, trusted: str | Path | None = None) -> SessionRecord:
+    def load(
+        cls, path: str | os.PathLike[str], *, trusted: str | os.PathLike[str] | None = None
+    ) -> SessionRecord:
         """Read a notebook `save()` wrote (or any v4 notebook: cells without a record count as
         cells that made no tool calls). Below `trusted`, no link is followed and only a regular
         file with one link is read. Raises `NotebookError` if it is not a valid notebook."""
@@ -347,7 +352,7 @@ class SessionRecord:
         return record
 
 
-def _open_parent(path: Path, trusted: str | Path | None, *, create: bool) -> Any:
+def _open_parent(path: Path, trusted: str | os.PathLike[str] | None, *, create: bool) -> Any:
     parts = _safe_fs.parts_below(path, Path(trusted)) if trusted is not None else None
     if trusted is None or parts is None or not parts:
         if create:

@@ -8,9 +8,9 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Awaitable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ipybox._service import Service
 from ipybox.mcp_client import placeholders
@@ -19,13 +19,13 @@ from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval.server import ApprovalChannel
 from ipybox.tool_exec.approval_clients import serve_approval_client
 from ipybox.tool_exec.audit import AuditLog
+from ipybox.tool_exec.calls import LiveCalls, ToolCallEvent, ToolCalls, encode_result
 from ipybox.tool_exec.connections import ConnectionPool, ToolCallError
 from ipybox.tool_exec.listener import Listener
 
-if TYPE_CHECKING:
-    from mcp.types import CallToolResult
-
 logger = logging.getLogger(__name__)
+
+__all__ = ["SHELL_KINDS", "SHELL_SERVER", "ToolServer", "encode_result"]
 
 #: The server name of shell-command approvals, and their tool names.
 SHELL_SERVER = "ipybox"
@@ -90,6 +90,10 @@ class ToolServer(Service):
         self.audit = AuditLog(audit_log, trusted=trusted) if audit_log is not None else None
         self._servers = {name: dict(params) for name, params in (servers or {}).items()}
         self._pool = ConnectionPool(connect_timeout, call_timeout)
+        #: How allowed calls are decided and made (the seam a resume replaces, see `ToolCalls`).
+        self.calls: ToolCalls = LiveCalls(self.approval, self._pool)
+        #: Called with each settled call (`ToolCallEvent`), in the order they settle.
+        self.observers: list[Callable[[ToolCallEvent], None]] = []
         self._listener = Listener(
             self._dispatch,
             self._serve_approvals,
@@ -158,7 +162,8 @@ class ToolServer(Service):
     ) -> dict[str, Any]:
         """Approve and execute one tool call; returns the encoded result or raises `ToolCallError`.
 
-        Every call, refused or not, is written to the audit log if there is one.
+        Every call, refused or not, is written to the audit log if there is one, and reported to
+        the `observers`.
         """
         record = {
             "server_name": server_name,
@@ -167,7 +172,7 @@ class ToolServer(Service):
             "started": time.time(),
         }
         call = f"{server_name}.{tool_name}"
-        decision = "refused"
+        decision, by = "refused", None
         secrets: set[str] = set()
         refusal: dict[str, Any] = {}  # the variables and rule of a refused placeholder
         try:
@@ -185,28 +190,43 @@ class ToolServer(Service):
                 raise ToolCallError(f"MCP server {server_name!r} will not be started: {e}") from None
             decision = "auto" if self.approval.is_automatic() else "timed_out"
             try:
-                accepted, reason = await self.approval.decide(server_name, tool_name, tool_args)
+                verdict = await self.calls.decide(server_name, tool_name, tool_args, kind="tool")
             except RuntimeError as e:
                 decision = "refused"  # nobody is there to ask
                 raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
             except TimeoutError as e:
                 raise ToolCallError(f"Tool call {call} was not approved: {e}.") from None
-            decision = "auto" if self.approval.is_automatic() else ("accepted" if accepted else "rejected")
-            if not accepted:
-                raise ToolCallError(f"Tool call {call} was {reason or _REJECTED}.", rejected=True)
-            encoded = await _settled(
-                call, self._pool.call(server_name, server_params, tool_name, tool_args, env)
-            )
+            decision, by = verdict.decision, verdict.by
+            if not verdict.accepted:
+                raise ToolCallError(f"Tool call {call} was {verdict.reason or _REJECTED}.", rejected=True)
+            encoded = await self.calls.call(server_name, server_params, tool_name, tool_args, env)
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
             message = placeholders.redact(str(e), secrets)
-            self._audit(**record, decision=decision, outcome="error", error=message, **refusal)
+            self._settled(record, decision, by, secrets, error=message, **refusal)
             raise ToolCallError(message, rejected=e.rejected) from None
         except BaseException:
             self._audit(**record, decision=decision, outcome="cancelled")
             raise
-        self._audit(**record, decision=decision, outcome="ok")
+        self._settled(record, decision, by, secrets, result=encoded)
         return encoded
+
+    def _settled(
+        self,
+        record: dict[str, Any],
+        decision: str,
+        by: str | None,
+        secrets: set[str],
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        **refusal: Any,
+    ) -> None:
+        """Audit a tool call that ended (`result` or `error`) and report it to the observers."""
+        outcome = "ok" if error is None else "error"
+        self._audit(**record, decision=decision, outcome=outcome, error=error, **refusal)
+        fields = (record["server_name"], record["tool_name"], record["tool_args"], decision, by)
+        self._report(ToolCallEvent("tool", *fields, result, error, tuple(secrets)))
 
     async def approve_shell(self, kind: str, cmd: str) -> None:
         """Ask the application to approve a shell command a kernel is about to run.
@@ -220,21 +240,35 @@ class ToolServer(Service):
             "tool_args": {"cmd": cmd},
             "started": time.time(),
         }
-        automatic = self.approval.is_automatic("shell")
         try:
-            accepted, reason = await self.approval.decide(SHELL_SERVER, kind, {"cmd": cmd}, kind="shell")
-        except (RuntimeError, TimeoutError) as e:
-            self._audit(
-                **record, decision="refused" if isinstance(e, RuntimeError) else "timed_out", outcome="error"
+            verdict = await self.calls.decide(SHELL_SERVER, kind, {"cmd": cmd}, kind="shell")
+        except (RuntimeError, TimeoutError, ToolCallError) as e:
+            decision = "timed_out" if isinstance(e, TimeoutError) else "refused"
+            self._audit(**record, decision=decision, outcome="error")
+            error = str(e) if isinstance(e, ToolCallError) else f"Shell command was not approved: {e}."
+            self._report(
+                ToolCallEvent("shell", SHELL_SERVER, kind, {"cmd": cmd}, decision, None, None, error)
             )
-            raise ToolCallError(f"Shell command was not approved: {e}.") from None
+            raise ToolCallError(error) from None
         except BaseException:
             self._audit(**record, decision="pending", outcome="cancelled")
             raise
-        decision = "auto" if automatic else ("accepted" if accepted else "rejected")
-        self._audit(**record, decision=decision, outcome="ok" if accepted else "error")
-        if not accepted:
-            raise ToolCallError(f"Shell command {cmd!r} was {reason or _REJECTED}.", rejected=True)
+        self._audit(**record, decision=verdict.decision, outcome="ok" if verdict.accepted else "error")
+        refused = None if verdict.accepted else f"Shell command {cmd!r} was {verdict.reason or _REJECTED}."
+        self._report(
+            ToolCallEvent(
+                "shell", SHELL_SERVER, kind, {"cmd": cmd}, verdict.decision, verdict.by, None, refused
+            )
+        )
+        if refused is not None:
+            raise ToolCallError(refused, rejected=True)
+
+    def _report(self, event: ToolCallEvent) -> None:
+        for observer in list(self.observers):
+            try:
+                observer(event)
+            except Exception:  # an observer's bug must not fail the kernel's call
+                logger.exception("a tool call observer failed")
 
     def _audit(self, **fields: Any) -> None:
         if self.audit is None:
@@ -292,31 +326,3 @@ class ToolServer(Service):
             error=error,
         )
         return error
-
-
-async def _settled(call: str, pending: Awaitable[CallToolResult]) -> dict[str, Any]:
-    """The encoded result of the tool call `pending`; its failures as `ToolCallError`s naming `call`."""
-    try:
-        result = await pending
-    except ToolCallError:
-        raise
-    except Exception as e:
-        raise ToolCallError(f"Tool call {call} failed: {type(e).__name__}: {e}") from None
-    encoded = encode_result(result)
-    if result.is_error:
-        raise ToolCallError(encoded["text"] or f"Tool call {call} reported an error without a message.")
-    return encoded
-
-
-def encode_result(result: CallToolResult) -> dict[str, Any]:
-    """A tool result as plain JSON: joined text, structured content and every content block."""
-    blocks: list[dict[str, Any]] = []
-    texts: list[str] = []
-    for block in result.content:
-        data = block.model_dump(mode="json", by_alias=False, exclude_none=True)
-        if block.type == "text":
-            texts.append(block.text)
-        elif block.type == "resource" and isinstance(getattr(block.resource, "text", None), str):
-            texts.append(block.resource.text)  # type: ignore[union-attr]
-        blocks.append(data)
-    return {"text": "\n".join(texts), "structured": result.structured_content, "content": blocks}

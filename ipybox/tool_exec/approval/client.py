@@ -25,6 +25,8 @@ class ApprovalRequest:
     _respond: Callable[[bool], Awaitable[None]]
     #: Why the call was refused, if `reject()` said: the calling code's error gives it.
     rejection: str | None = field(default=None, init=False)
+    #: Who or what decided, if `accept()` or `reject()` said (the session notebook shows it).
+    decided_by: str | None = field(default=None, init=False)
 
     __match_args__ = ("server_name", "tool_name", "tool_args")
 
@@ -36,14 +38,16 @@ class ApprovalRequest:
     def __repr__(self) -> str:
         return f"ApprovalRequest({self.server_name!r}, {self.tool_name!r}, {self.tool_args!r})"
 
-    async def accept(self) -> None:
-        """Let the tool call run."""
+    async def accept(self, *, by: str | None = None) -> None:
+        """Let the tool call run; `by` says who decided (default: "application")."""
+        self.decided_by = by
         await self._respond(True)
 
-    async def reject(self, reason: str | None = None) -> None:
+    async def reject(self, reason: str | None = None, *, by: str | None = None) -> None:
         """Refuse the tool call; the calling code gets an error saying `reason` (e.g. "declined by
-        the user"), by default "rejected by the application"."""
+        the user"), by default "rejected by the application". `by` says who decided."""
         self.rejection = reason
+        self.decided_by = by
         await self._respond(False)
 
 

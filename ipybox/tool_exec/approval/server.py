@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ipybox.tool_exec.approval.client import ApprovalRequest
 
 ApprovalHandler = Callable[[ApprovalRequest], Awaitable[None]]
+#: Who decided a call granted without asking anyone.
+NOT_REQUIRED, AUTO_APPROVED = "ipybox (approval not required)", "the application (approved without asking)"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What became of an approval request: `decision` is "auto" (granted without asking),
+    "accepted" or "rejected"; `by` who or what decided; `reason` why a rejection refused it."""
+
+    accepted: bool
+    decision: str
+    by: str
+    reason: str | None = None
 
 
 class ApprovalChannel:
@@ -74,8 +88,16 @@ class ApprovalChannel:
         Raises `RuntimeError` when no application is connected and `TimeoutError` when
         no decision arrives in time.
         """
+        decision = await self.ask(server_name, tool_name, tool_args, kind=kind)
+        return decision.accepted, decision.reason
+
+    async def ask(
+        self, server_name: str, tool_name: str, tool_args: dict[str, Any], *, kind: str = "tool"
+    ) -> Decision:
+        """Like `decide()`, saying who decided: the handler's `by` (default "application"), or
+        that nobody was asked."""
         if self.is_automatic(kind):
-            return True, None
+            return Decision(True, "auto", AUTO_APPROVED if self.approval_required else NOT_REQUIRED)
         handler = self._handler
         if handler is None:
             raise RuntimeError("no application is connected to approve tool calls")
@@ -89,7 +111,9 @@ class ApprovalChannel:
         try:
             request = ApprovalRequest(server_name, tool_name, tool_args, respond)
             await handler(request)
-            return await asyncio.wait_for(decision, self.approval_timeout), request.rejection
+            accepted = await asyncio.wait_for(decision, self.approval_timeout)
+            verdict = "accepted" if accepted else "rejected"
+            return Decision(accepted, verdict, request.decided_by or "application", request.rejection)
         except TimeoutError:
             raise TimeoutError(
                 f"no approval decision within {self.approval_timeout:g} s (approval_timeout)"

@@ -1,0 +1,130 @@
+"""The session notebook of a real session: what it records, how it renders, that it runs again."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbconvert import HTMLExporter
+
+from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.notebook import NotebookError, SessionRecord
+
+from .conftest import HOSTILE, Recorded
+
+
+def _read(recorded: Recorded) -> nbformat.NotebookNode:
+    nb = nbformat.read(recorded.notebook, as_version=4)
+    nbformat.validate(nb)
+    return nb
+
+
+def test_the_notebook_records_cells_outputs_marks_and_tool_calls(recorded: Recorded) -> None:
+    nb = _read(recorded)
+    kinds = [
+        cell.metadata["ipybox"].get("mark", cell.cell_type) if "ipybox" in cell.metadata else cell.cell_type
+        for cell in nb.cells
+    ]
+    assert kinds == ["code", "code", "code", "reset", "code", "restart", "code", "code", "code"]
+    plot, printed, failed, _, crashed, restart, _, calls, _ = nb.cells
+
+    [image] = [o for o in plot.outputs if o.output_type == "display_data"]
+    assert base64.b64decode(image.data["image/png"]).startswith(b"\x89PNG")
+    assert printed.outputs == [nbformat.v4.new_output("stream", name="stdout", text=HOSTILE + "\n")]
+    [error] = failed.outputs
+    assert (error.ename, failed.metadata.ipybox.status) == ("ZeroDivisionError", "error")
+    assert crashed.metadata.ipybox.status == "error"
+    assert "exited with code 3" in restart.metadata.ipybox.reason
+    assert [c.execution_count for c in nb.cells if c.cell_type == "code"] == list(range(1, 8))
+    assert all(c.metadata.ipybox.duration_s >= 0 for c in nb.cells if c.cell_type == "code")
+
+    accepted, rejected = calls.metadata.ipybox.tool_calls
+    assert (accepted.server, accepted.tool, accepted.arguments) == ("notes", "add_note", {"text": "first"})
+    assert (accepted.decision, accepted.decided_by, accepted.result_text) == (
+        "accepted",
+        "alice (reviewer)",
+        "added",
+    )
+    assert (rejected.decision, rejected.decided_by, rejected.arguments) == (
+        "rejected",
+        "bob",
+        {"text": HOSTILE},
+    )
+    assert "declined by the user" in rejected.error
+    shown = [o.data["text/plain"] for o in calls.outputs if o.output_type == "display_data"]
+    assert shown[0].startswith('tool call: notes.add_note(text="first") → accepted by alice (reviewer)')
+    assert shown[1].startswith("tool call: notes.add_note(text=") and "→ rejected by bob" in shown[1]
+    assert recorded.notes.read_text() == "first\n"  # the rejected call never reached the server
+
+
+def test_html_rendering_shows_plots_and_tool_calls_and_escapes_kernel_text(recorded: Recorded) -> None:
+    html, _ = HTMLExporter().from_notebook_node(_read(recorded))
+    assert "data:image/png;base64," in html  # the plot, inline
+    assert html.count('class="ipybox-tool-call"') == 2
+    assert "accepted by alice (reviewer)" in html and "rejected by bob" in html
+    assert "Kernel restarted" in html and "Kernel reset" in html
+    # what the kernel printed and passed as a tool argument is shown, never taken as markup
+    for raw in ("<script>alert('kernel')", "<img src=x onerror", "<script>alert(&#x27;kernel"):
+        assert raw not in html
+    assert "&lt;script&gt;alert(" in html
+
+
+def test_cells_without_tool_calls_run_again_with_nbclient(recorded: Recorded) -> None:
+    nb = _read(recorded)
+    before_reset = nb.cells[:3]  # the plot, the print, the error: no tool calls, no crash
+    assert all(not c.metadata.ipybox.tool_calls for c in before_reset)
+    again = nbformat.v4.new_notebook(cells=before_reset, metadata=nb.metadata)
+    NotebookClient(again, timeout=120, allow_errors=True, kernel_name="python3").execute()
+    assert any("image/png" in o.get("data", {}) for o in again.cells[0].outputs)
+    assert again.cells[1].outputs[0].text == HOSTILE + "\n"
+    assert again.cells[2].outputs[0].ename == "ZeroDivisionError"
+
+
+def test_the_record_keeps_head_and_tail_of_large_output_and_drops_images_past_the_limits() -> None:
+    record = SessionRecord("limits", limits=ResourceLimits(output=100, images=1))
+    cell = record.begin_cell("flood()")
+    cell.add_output("stream", {"name": "stdout", "text": "H" * 60})
+    cell.add_output("stream", {"name": "stdout", "text": "m" * 10_000 + "T" * 50})
+    png = base64.b64encode(b"\x89PNG fake").decode()
+    for _ in range(3):
+        cell.add_output("display_data", {"data": {"image/png": png}, "metadata": {}})
+    cell.add_output("display_data", {"data": {"application/javascript": "alert(1)"}, "metadata": {}})
+    cell.finish(0.1)
+    text = "".join(o["text"] for o in cell.outputs if o["output_type"] == "stream" and o["name"] == "stdout")
+    assert text.startswith("H" * 50) and text.endswith("T" * 50)
+    assert "10010 characters of output dropped here" in text
+    assert sum(o["output_type"] == "display_data" for o in cell.outputs) == 1
+    [note] = [o["text"] for o in cell.outputs if o["output_type"] == "stream" and o["name"] == "stderr"]
+    assert "2 image(s) of this cell were dropped" in note
+    assert "alert(1)" not in nbformat.writes(record.to_notebook())  # script is not kept
+
+
+def test_markup_in_marks_and_tool_calls_is_escaped_in_every_view() -> None:
+    record = SessionRecord("escapes")
+    cell = record.begin_cell("call()")
+    attacks = [
+        "<script>x()</script>",
+        "[link](javascript:x())",
+        "$\\alert$",
+        "`code`",
+        "\x1b[31mred",
+        "a\u202eb",
+    ]
+    for attack in attacks:
+        cell.add_tool_call(attack, "tool", {"q": attack}, "accepted", attack, result_text=attack)
+    cell.finish(0.1)
+    record.mark_restart("<b>bold</b> [x](javascript:y()) **z**")
+    html, _ = HTMLExporter().from_notebook_node(record.to_notebook())
+    for raw in ("<script>x()", "<b>bold", 'href="javascript:', "\x1b[31m", "\u202e", "<strong>z"):
+        assert raw not in html, raw
+
+
+def test_a_file_that_is_no_notebook_is_refused_with_its_cause(tmp_path: Path) -> None:
+    path = tmp_path / "broken.ipynb"
+    for content in ("not json", '{"cells": 3}', "[]"):
+        path.write_text(content)
+        with pytest.raises(NotebookError, match="not a valid Jupyter notebook"):
+            SessionRecord.load(path)
