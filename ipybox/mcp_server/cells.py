@@ -31,10 +31,12 @@ Outcome = CodeExecutionResult | BaseException | None
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """The kernel took the cell (`notice`: why the kernel is fresh, if it was stopped since its last use)."""
+    """`executor`'s kernel took the cell (`notice`: why the kernel is fresh, if it was stopped since
+    its last use)."""
 
     code: str
     notice: str
+    executor: CodeExecutor
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +119,7 @@ class CellRun:
     ) -> None:
         try:
             async with kernel as (executor, self.kernel_notice):
-                self._publish(Started(code, self.kernel_notice))
+                self._publish(Started(code, self.kernel_notice, executor))
                 # an async generator, typed as an iterator
                 stream = cast(
                     AsyncGenerator[object, None],
@@ -152,7 +154,7 @@ class CellRun:
     ) -> None:
         """Accept or reject `request` (a rejection's `reason` reaches the calling code), `by` whom."""
         self._publish(Decided(request, accepted, by, None if accepted else reason))
-        await (request.accept() if accepted else request.reject(reason))
+        await (request.accept(by=by) if accepted else request.reject(reason, by=by))
 
     async def cancel(self, why: str = "refused: the cell was interrupted before the user answered") -> None:
         """Interrupt the cell (the kernel keeps its state) and wait for the run to end; calls still

@@ -66,8 +66,13 @@ class Homes:
         return self._audit_log or self.state(principal) / "audit.jsonl"
 
     def notebook(self, principal: str, kernel: str) -> Path:
-        """The notebook ipybox keeps of the principal's kernel `kernel` (a checked kernel name)."""
-        return self.state(principal) / "notebooks" / f"{kernel}.ipynb"
+        """The notebook ipybox keeps of the principal's kernel `kernel` (a checked kernel name); in
+        a shared workspace, a user's are in `notebooks/users/<name>/`."""
+        folder = self.state(principal) / "notebooks"
+        name = user_name(principal)
+        if self._shared and name is not None:
+            folder = folder / "users" / principal_dir(name)
+        return folder / f"{kernel}.ipynb"
 
     def kernel_env(self, principal: str) -> dict[str, str]:
         """`KERNEL_ENV_<NAME>` variables (environment and the workspace's `.env`) as `<NAME>`."""

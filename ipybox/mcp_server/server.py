@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import shlex
 import signal
 import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -29,6 +28,7 @@ from ipybox.mcp_server.approval import ApprovalPolicy
 from ipybox.mcp_server.channels import ParkedRuns
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool
+from ipybox.mcp_server.notebooks import Notebooks
 from ipybox.mcp_server.output import Spill
 from ipybox.mcp_server.tools import Tools
 
@@ -73,6 +73,8 @@ class ServerOptions:
     spare_kernels: int = 1
     #: Authenticated principals share WORKSPACE instead of each getting WORKSPACE/users/<name>.
     shared_workspace: bool = False
+    #: Rebuild each kernel with a notebook from it when it first starts (`ipybox --resume`).
+    resume: bool = False
     #: Seconds a cell waits, paused, for a 2026-07-28 client to answer its approval requests.
     approval_ttl: float = 600
     #: Files of cut output kept in each workspace's .ipybox/outputs/, and their bytes together
@@ -90,11 +92,13 @@ def create_server(
         homes.prepare()
     executor_options = options.executor
     spares = SpareKernels(options.spare_kernels)
+    notebooks = Notebooks(homes, resume=options.resume)
 
     kernels = KernelPool(
-        functools.partial(_new_executor, homes, executor_options, spares),
+        functools.partial(_new_executor, homes, executor_options, spares, notebooks),
         idle_timeout=options.kernel_idle_timeout,
         max_kernels=options.max_kernels,
+        on_start=notebooks.started,
     )
     parked = ParkedRuns(options.approval_ttl)
 
@@ -110,6 +114,7 @@ def create_server(
         install=install,
         parked=parked,
         spill=Spill(options.spilled_outputs, options.spilled_bytes),
+        notebooks=notebooks,
     )
 
     @contextlib.asynccontextmanager
@@ -117,14 +122,16 @@ def create_server(
         # No kernel starts before the first tool call: a client that only connects (`claude mcp
         # list`, a session that never uses ipybox) costs no kernel and leaves nothing in the
         # workspace, and the handshake does not share the CPU with kernel starts.
-        _close_on_signals(kernels, parked)
+        _close_on_signals(kernels, parked, notebooks)
         looking = asyncio.create_task(asyncio.to_thread(tools.siblings.check))  # logs what it finds
+        if options.resume:  # the local principal's kernels start resuming now (others' on first use)
+            for name in notebooks.kernels(LOCAL)[: options.max_kernels]:
+                kernels.prewarm(LOCAL, name)
         try:
             yield
         finally:
             looking.cancel()
-            await parked.close()
-            await kernels.close()
+            await _close(kernels, parked, notebooks)
 
     server: MCPServer[Any] = MCPServer(
         name="ipybox",
@@ -140,9 +147,15 @@ def create_server(
 
 
 def _new_executor(
-    homes: Homes, executor_options: ExecutorOptions, spares: SpareKernels, principal: str, name: str
+    homes: Homes,
+    executor_options: ExecutorOptions,
+    spares: SpareKernels,
+    notebooks: Notebooks,
+    principal: str,
+    name: str,
 ) -> CodeExecutor:
-    """The executor for a principal's named kernel; its spare kernel (if any) has a place in `spares`."""
+    """The executor for a principal's named kernel; its spare kernel (if any) has a place in
+    `spares`; it goes on with the kernel's notebook."""
     root = homes.workspace(principal)
     kwargs = {f.name: getattr(executor_options, f.name) for f in fields(executor_options)}
     if (principal, name) != (LOCAL, DEFAULT_KERNEL):  # a fixed port fits one tool server
@@ -157,7 +170,8 @@ def _new_executor(
         log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
     )
     # ipybox's records there (notebooks, cut outputs) are read-only to a sandboxed kernel
-    executor._settings = dataclasses.replace(executor._settings, state_dirs=(homes.state(principal),))
+    executor._settings = replace(executor._settings, state_dirs=(homes.state(principal),))
+    notebooks.seed(principal, name, executor)
     return executor
 
 
@@ -182,7 +196,7 @@ async def _install(package_name: str, kernels: KernelPool, principal: str, on_ga
         raise ToolError(str(e)) from None
 
 
-def _close_on_signals(kernels: KernelPool, parked: ParkedRuns) -> None:
+def _close_on_signals(kernels: KernelPool, parked: ParkedRuns, notebooks: Notebooks) -> None:
     """On SIGTERM (how clients stop a stdio server) or Ctrl-C, stop the kernels, then exit.
 
     A sandboxed kernel does not notice that ipybox is gone, so dying without stopping it would
@@ -196,7 +210,7 @@ def _close_on_signals(kernels: KernelPool, parked: ParkedRuns) -> None:
 
     async def close_and_exit(signum: signal.Signals) -> None:
         try:
-            await asyncio.wait_for(_close(kernels, parked), 10)
+            await asyncio.wait_for(_close(kernels, parked, notebooks), 10)
         finally:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)  # exit with the signal's default action
@@ -224,6 +238,7 @@ def _is_default_handler(handler: object) -> bool:
     return isinstance(owner, asyncio.Runner)
 
 
-async def _close(kernels: KernelPool, parked: ParkedRuns) -> None:
+async def _close(kernels: KernelPool, parked: ParkedRuns, notebooks: Notebooks) -> None:
     await parked.close()
+    await notebooks.close()  # the interrupted cells' too
     await kernels.close()

@@ -32,6 +32,7 @@ from ipybox.mcp_server.kernels import (
     user_principal,
 )
 from ipybox.mcp_server.live import LiveView, follow, interrupted_if_client_leaves
+from ipybox.mcp_server.notebooks import Notebooks
 from ipybox.mcp_server.output import Spill, truncate
 from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
@@ -68,6 +69,7 @@ class Tools:
         install: Callable[[str, str], Awaitable[str]],
         parked: ParkedRuns,
         spill: Spill,
+        notebooks: Notebooks,
     ) -> None:
         self.kernels = kernels
         self.home = home
@@ -76,6 +78,7 @@ class Tools:
         self._install = install
         self.parked = parked
         self.spill = spill
+        self.notebooks = notebooks
         self._told_no_elicitation: set[str] = set()  # principals whose reply said calls ran unasked
         self._untold: set[str] = set()  # principals whose calls ran unasked, not yet told
         self.siblings = Siblings(home.root)
@@ -167,7 +170,7 @@ class Tools:
         capabilities = ctx.client_capabilities
         can_ask = capabilities is not None and capabilities.elicitation is not None
         view = LiveView()
-        subscribers: list[Subscriber] = [view]
+        subscribers: list[Subscriber] = [view, self.notebooks.subscriber(who, kernel)]
         if (audit := self._audit(who)) is not None:
             subscribers.append(audited(audit))
         run = CellRun(
@@ -235,6 +238,7 @@ class Tools:
         self._workspace(who)
         async with self.kernels.use(who, kernel) as (executor, _):
             await executor.reset()
+        self.notebooks.changed(who, kernel, executor)
         return f"Kernel {kernel!r} reset."
 
 
@@ -288,6 +292,7 @@ def _audit_refusal(log: AuditLog, server_name: str, server_params: Any, error: V
 
 def _forget_modules(server_name: str) -> str:
     return (
+        f"# ipybox: mcptools/{server_name}/ was generated again; code imports the new modules\n"
         "import sys as _s, importlib as _i\n"
         f"[_s.modules.pop(_k) for _k in list(_s.modules) if _k == 'mcptools.{server_name}' "
         f"or _k.startswith('mcptools.{server_name}.')]\n"
