@@ -78,8 +78,8 @@ Decider = Callable[[ApprovalRequest], Verdict]
 
 
 class CellRun:
-    """One cell on its kernel, publishing its events to the subscribers given (and `subscribe()`d
-    before the event loop next runs); `outcome` is the result or the error once `Finished`."""
+    """One cell on its kernel, publishing its events to `subscribers`; `outcome` is the result or
+    the error once `Finished`."""
 
     def __init__(
         self,
@@ -90,7 +90,7 @@ class CellRun:
         principal: str,
         kernel_name: str,
         decide: Decider | None,
-        subscribers: list[Subscriber] | None = None,
+        subscribers: list[Subscriber],
     ) -> None:
         self.id = secrets.token_urlsafe(18)
         self.principal = principal
@@ -100,12 +100,9 @@ class CellRun:
         #: Tool calls put to the user and not yet decided, by the key the client answers with.
         self.asking: dict[str, ApprovalRequest] = {}
         self.round = 0  # input-required rounds so far
-        self._subscribers = list(subscribers or ())
+        self._subscribers = subscribers
         self._decide = decide
         self._task = asyncio.create_task(self._drive(kernel, code, timeout))
-
-    def subscribe(self, subscriber: Subscriber) -> None:
-        self._subscribers.append(subscriber)
 
     def _publish(self, event: CellEvent) -> None:
         for subscriber in self._subscribers:

@@ -85,9 +85,11 @@ class Notebooks:
             logger.warning("resuming kernel %r: %s", kernel, e)
             notice = f"[ipybox: kernel {kernel!r} was resumed from {shown} only in part: {e}]"
         else:
+            before = f", {report.cells_skipped} from before its last reset or restart left out"
             notice = (
                 f"[ipybox: kernel {kernel!r} was resumed from {shown}: {report.cells_run} cells ran again, "
-                f"{report.tool_calls} tool calls answered from the notebook (none made again)]"
+                f"{report.tool_calls} tool calls answered from the notebook (none made again)"
+                f"{before if report.cells_skipped else ''}]"
             )
         self.changed(principal, kernel, executor)
         return notice

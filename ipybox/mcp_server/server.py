@@ -101,17 +101,13 @@ def create_server(
         on_start=notebooks.started,
     )
     parked = ParkedRuns(options.approval_ttl)
-
-    async def install(package_name: str, principal: str) -> str:
-        on_gateway = executor_options.kernel_gateway_url is not None
-        return await _install(package_name, kernels, principal, on_gateway)
-
+    on_gateway = executor_options.kernel_gateway_url is not None
     tools = Tools(
         kernels,
         homes,
         policy=options.approval,
         allow_env=executor_options.allow_env,
-        install=install,
+        install=functools.partial(_install, kernels=kernels, on_gateway=on_gateway),
         parked=parked,
         spill=Spill(options.spilled_outputs, options.spilled_bytes),
         notebooks=notebooks,
@@ -125,8 +121,7 @@ def create_server(
         _close_on_signals(kernels, parked, notebooks)
         looking = asyncio.create_task(asyncio.to_thread(tools.siblings.check))  # logs what it finds
         if options.resume:  # the local principal's kernels start resuming now (others' on first use)
-            for name in notebooks.kernels(LOCAL)[: options.max_kernels]:
-                kernels.prewarm(LOCAL, name)
+            _prewarm(kernels, notebooks.kernels(LOCAL)[: options.max_kernels])
         try:
             yield
         finally:
@@ -144,6 +139,11 @@ def create_server(
     )
     tools.add_to(server)
     return server
+
+
+def _prewarm(kernels: KernelPool, names: list[str]) -> None:
+    for name in names:
+        kernels.prewarm(LOCAL, name)
 
 
 def _new_executor(
@@ -175,7 +175,7 @@ def _new_executor(
     return executor
 
 
-async def _install(package_name: str, kernels: KernelPool, principal: str, on_gateway: bool) -> str:
+async def _install(package_name: str, principal: str, *, kernels: KernelPool, on_gateway: bool) -> str:
     """Install a requirement for the principal's kernels (on a gateway: inside the kernel)."""
     try:
         spec = packages.check_requirement(package_name)
