@@ -240,5 +240,6 @@ def _is_default_handler(handler: object) -> bool:
 
 async def _close(kernels: KernelPool, parked: ParkedRuns, notebooks: Notebooks) -> None:
     await parked.close()
-    await notebooks.close()  # the interrupted cells' too
+    await notebooks.close()  # written before the kernels stop (which may take long) ...
     await kernels.close()
+    await notebooks.close()  # ... and again with the cells that ended as they stopped

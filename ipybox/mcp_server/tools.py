@@ -145,10 +145,9 @@ class Tools:
             run, view = self._start(code, ctx, who, kernel, timeout, max_output_chars)
             await self.parked.abandon(who, kernel)
         async with interrupted_if_client_leaves(run, ctx.request_context.request):
-            if (
-                asked := await follow(run, view, ctx, channels.channel_for(ctx, self.parked, by))
-            ) is not None:
-                return asked
+            channel = channels.channel_for(ctx, self.parked, by)  # the era's, chosen once
+            if (asked := await follow(run, view, ctx, channel)) is not None:
+                return asked  # parked for the user's answers: the client's next call brings them
             notices = (self.siblings.notice(), self._no_elicitation_notice(who), run.kernel_notice)
             notice = "\n".join(n for n in notices if n)
             return _reply(run, self.home.workspace(who), max_output_chars, notice, self.spill)
