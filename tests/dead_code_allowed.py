@@ -27,3 +27,9 @@ mtime_ns
 _.verify_token
 # Awaited by tests and benchmarks that need the warm spare up before they measure.
 _.spare_ready
+# Public API of the session notebooks (docs/notebooks.md): the SDK's save, what a resume reports,
+# and the approval channel's view of whether tool calls are granted without asking.
+_.save_notebook
+cells_run
+cells_skipped
+_.automatic

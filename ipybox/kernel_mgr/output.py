@@ -33,7 +33,7 @@ class KernelEvent:
     consumers that keep outputs as Jupyter does (the session notebook); a note ipybox adds has none.
     """
 
-    kind: str  # "stream" | "text" | "image" | "other" | "error"
+    kind: str  # "stream" | "text" | "image" | "other" (other display data, clear_output) | "error"
     text: str = ""
     data: bytes = b""
     #: An image as the kernel sent it (base64), decoded only if it is kept.
@@ -83,6 +83,8 @@ class OutputCollector:
             if not self.error.strip():
                 self.error = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
             self._emit(KernelEvent("error", **source))
+        elif msg_type == "clear_output":
+            self._emit(KernelEvent("other", **source))
 
 
 class OutputBuffer:

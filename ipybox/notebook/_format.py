@@ -12,6 +12,7 @@ kernel's reaches a reader.
 from __future__ import annotations
 
 import html
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,64 +115,68 @@ def markdown_escape(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", escaped)
 
 
-def mark_cell(mark: SessionMark) -> nbformat.NotebookNode:
+def mark_cell(mark: SessionMark, cell_id: str) -> dict[str, Any]:
     """A reset or restart, as a markdown cell between the cells before and after it."""
-    import nbformat
-
     what = "Kernel reset" if mark.kind == "reset" else "Kernel restarted"
     text = f"**{what}** ({markdown_escape(mark.time)}): {markdown_escape(mark.reason.rstrip('.'))}. "
     text += "The variables and imports of the cells above are gone."
     meta = {"ipybox": {"mark": mark.kind, "reason": mark.reason, "time": mark.time}}
-    return nbformat.v4.new_markdown_cell(text, metadata=meta)
+    return {"cell_type": "markdown", "id": cell_id, "metadata": meta, "source": text}
 
 
-def notebook(record: SessionRecord, cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
-    """A validated notebook of `cells` (from `code_cell()` and `mark_cell()`)."""
+def code_cell(cell: CellRecord, cell_id: str) -> dict[str, Any]:
+    own: dict[str, Any] = {
+        "started": cell.started,
+        "duration_s": cell.duration_s,
+        "status": cell.status,
+        "code_sha256": cell.code_sha256,
+        "tool_calls": [call.to_json() for call in cell.tool_calls],
+    }
+    if cell.error is not None:
+        own["error"] = cell.error
+    return {
+        "cell_type": "code",
+        "id": cell_id,
+        "execution_count": cell.execution_count,
+        "metadata": {"ipybox": own},
+        "outputs": cell.outputs,
+        "source": cell.code,
+    }
+
+
+def notebook(record: SessionRecord, cells: list[dict[str, Any]], checked: int) -> dict[str, Any]:
+    """The notebook of `cells` (from `code_cell()` and `mark_cell()`) as a dict, validated but for
+    its first `checked` cells, which an earlier call validated (validating is most of the cost of a
+    save, so a session saved after each cell validates each cell once)."""
     import nbformat
 
-    nb = nbformat.v4.new_notebook(
-        cells=cells,
-        metadata={
-            "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
-            "language_info": {"name": "python"},
-            "ipybox": {
-                "format": FORMAT,
-                "version": __version__,
-                "kernel": record.kernel_name,
-                "created": record.created,
-            },
+    metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+        "language_info": {"name": "python"},
+        "ipybox": {
+            "format": FORMAT,
+            "version": __version__,
+            "kernel": record.kernel_name,
+            "created": record.created,
         },
-    )
+    }
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": metadata, "cells": cells}
     try:
-        nbformat.validate(nb)
+        nbformat.validate(nb | {"cells": cells[checked:]})
     except nbformat.ValidationError as e:  # a bug of ours, not the kernel's: say what broke
         raise NotebookError(f"the session record is not a valid notebook: {e.message}") from None
     return nb
 
 
-def code_cell(cell: CellRecord) -> nbformat.NotebookNode:
+def node(nb: dict[str, Any]) -> nbformat.NotebookNode:
     import nbformat
 
-    meta: dict[str, Any] = {
-        "ipybox": {
-            "started": cell.started,
-            "duration_s": cell.duration_s,
-            "status": cell.status,
-            "code_sha256": cell.code_sha256,
-            "tool_calls": [call.to_json() for call in cell.tool_calls],
-        }
-    }
-    if cell.error is not None:
-        meta["ipybox"]["error"] = cell.error
-    node = nbformat.v4.new_code_cell(cell.code, metadata=meta, execution_count=cell.execution_count)
-    node.outputs = [nbformat.from_dict(output) for output in cell.outputs]
-    return node
+    return nbformat.from_dict(nb)
 
 
-def dumps(nb: nbformat.NotebookNode) -> str:
-    import nbformat
-
-    return str(nbformat.writes(nb, version=4))
+def dumps(nb: dict[str, Any]) -> str:
+    """The notebook's JSON as nbformat writes it (validated already, so not again)."""
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def parse(text: str, path: Path) -> nbformat.NotebookNode:

@@ -134,14 +134,18 @@ class CellRecord:
         return cell
 
     def add_output(self, msg_type: str, content: dict[str, Any]) -> None:
-        """Record an iopub message of the cell: stream, display_data, update_display_data,
-        execute_result or error (others are ignored)."""
+        """Record an iopub message of the cell: stream, display_data, update_display_data (kept as
+        a new display), execute_result, error or clear_output (others are ignored)."""
         if msg_type == "stream":
             self._add_text(str(content.get("name", "stdout")), str(content.get("text", "")))
         elif msg_type in _DISPLAY_TYPES or msg_type == "execute_result":
             self._add_display(msg_type, content)
         elif msg_type == "error":
             self.outputs.append(_format.error_output(content, self._budget.limit))
+        elif (
+            msg_type == "clear_output"
+        ):  # as a notebook shows it: what came before is gone, but the tool calls
+            self.outputs = [o for o in self.outputs if o.get("metadata", {}).get(_format.TOOL_CALL_KEY)]
 
     def add_event(self, event: KernelEvent) -> None:
         """Record an output event as ipybox's kernel layer reads it (the message it came from,
@@ -202,7 +206,7 @@ class CellRecord:
             self.outputs.append(_format.stream("stderr", note + "\n"))
         if error is not None and not any(o["output_type"] == "error" for o in self.outputs):
             self.outputs.append(
-                _format.error_output({"ename": "Error", "evalue": error, "traceback": []}, None)
+                _format.error_output({"ename": "Error", "evalue": error, "traceback": [error]}, None)
             )
 
     def _add_text(self, name: str, text: str) -> None:
@@ -284,6 +288,7 @@ class SessionRecord:
         self.limits = limits or ResourceLimits()
         self.entries: list[CellRecord | SessionMark] = []
         self.created = _now()
+        self._checked = 0  # the entries validated already, as they are for good
 
     @property
     def cells(self) -> list[CellRecord]:
@@ -305,12 +310,22 @@ class SessionRecord:
 
     def to_notebook(self) -> nbformat.NotebookNode:
         """The session as a validated nbformat v4 `NotebookNode`."""
+        return _format.node(self._notebook())
+
+    def _notebook(self) -> dict[str, Any]:
+        # stable ids: a notebook saved again differs only where the session went on
         cells = [
-            _format.code_cell(e) if isinstance(e, CellRecord) else _format.mark_cell(e) for e in self.entries
+            _format.code_cell(e, f"ipybox-{i}")
+            if isinstance(e, CellRecord)
+            else _format.mark_cell(e, f"ipybox-{i}")
+            for i, e in enumerate(self.entries)
         ]
-        for index, cell in enumerate(cells):  # stable ids: a notebook saved again diffs only where it grew
-            cell.id = f"ipybox-{index}"
-        return _format.notebook(self, cells)
+        nb = _format.notebook(self, cells, self._checked)
+        running = [
+            i for i, e in enumerate(self.entries) if isinstance(e, CellRecord) and e.status == "running"
+        ]
+        self._checked = min(running, default=len(self.entries))  # finished cells do not change
+        return nb
 
     def save(self, path: str | os.PathLike[str], *, trusted: str | os.PathLike[str] | None = None) -> None:
         """Write the notebook to `path` atomically (a new file renamed into place).
@@ -319,7 +334,7 @@ class SessionRecord:
         directories are walked without following links, made if missing; a link at `path` itself
         is replaced, never written through. Elsewhere the parent directory is made if missing.
         """
-        data = _format.dumps(self.to_notebook()).encode()
+        data = _format.dumps(self._notebook()).encode()
         path = Path(path)
         with _open_parent(path, trusted, create=True) as fd:
             _safe_fs.replace_file(fd, path.name, io.BytesIO(data))
@@ -349,6 +364,7 @@ class SessionRecord:
                 )
             elif node.cell_type == "code":
                 record.entries.append(CellRecord._of(node, len(record.cells) + 1, record.limits))
+        record._checked = len(record.entries)  # validated as read
         return record
 
 

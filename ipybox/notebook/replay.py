@@ -102,8 +102,11 @@ class ReplayCalls:
         if found.decision in ("accepted", "auto"):
             self._answers.setdefault(_key(server_name, tool_name, tool_args), []).append(found)
             return Decision(True, found.decision, by)
-        error = found.error or f"Tool call {server_name}.{tool_name} was {found.decision} (recorded)."
-        raise ToolCallError(error, rejected=found.decision == "rejected")
+        if found.decision == "rejected":  # refused again, in the words the kernel heard then
+            return Decision(
+                False, "rejected", by, _reason(found.error, kind, server_name, tool_name, tool_args)
+            )
+        raise ToolCallError(found.error or f"Tool call {server_name}.{tool_name} was {found.decision}.")
 
     async def call(
         self,
@@ -158,11 +161,12 @@ async def resume(executor: CodeExecutor, path: str | os.PathLike[str]) -> Resume
 
 
 async def _run_again(executor: CodeExecutor, replay: ReplayCalls, cell: CellRecord, path: Path) -> None:
-    def stop(why: str) -> ResumeError:
+    def stop(why: str, ran: bool = False) -> ResumeError:
+        this = "this cell ran again as far as it got" if ran else "this cell did not run again"
         return ResumeError(
             f"The resume of {path} stopped at cell [{cell.execution_count}]: {why}. The cells before it "
-            "ran again and their state is in the kernel; this cell and those after it did not run "
-            "again (run them yourself, changed as needed).",
+            f"ran again and their state is in the kernel; {this}, and those after it did not (run them "
+            "yourself, changed as needed).",
             cell.execution_count,
         )
 
@@ -178,11 +182,11 @@ async def _run_again(executor: CodeExecutor, replay: ReplayCalls, cell: CellReco
     except (CodeExecutionError, TimeoutError) as e:
         failed = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
     if (why := replay.check()) is not None:
-        raise stop(why)
+        raise stop(why, ran=True)
     if failed is not None and cell.status != "error":
-        raise stop(f"it failed this time ({failed}), but not when it was recorded")
+        raise stop(f"it failed this time ({failed}), but not when it was recorded", ran=True)
     if failed is None and cell.status == "error":
-        raise stop("it succeeded this time, but failed when it was recorded")
+        raise stop("it succeeded this time, but failed when it was recorded", ran=True)
 
 
 def _matches(recorded: Any, live: Any) -> bool:
@@ -198,6 +202,14 @@ def _matches(recorded: Any, live: Any) -> bool:
         parts = recorded.split(_SECRET)  # each secret's value stands for one `***`
         return cut.startswith(parts[0]) and cut.endswith(parts[-1]) and len(cut) >= sum(map(len, parts))
     return bool(recorded == live) and type(recorded) is type(live)
+
+
+def _reason(error: str | None, kind: str, server: str, tool: str, args: dict[str, Any]) -> str | None:
+    """The reason a recorded rejection gave (its error without what the tool server adds)."""
+    if error is None:
+        return None
+    said = f"Shell command {args.get('cmd')!r} was " if kind == "shell" else f"Tool call {server}.{tool} was "
+    return error.removeprefix(said).removesuffix(".") if error.startswith(said) else error
 
 
 def _key(server: str, tool: str, args: dict[str, Any]) -> str:

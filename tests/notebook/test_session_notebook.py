@@ -128,3 +128,14 @@ def test_a_file_that_is_no_notebook_is_refused_with_its_cause(tmp_path: Path) ->
         path.write_text(content)
         with pytest.raises(NotebookError, match="not a valid Jupyter notebook"):
             SessionRecord.load(path)
+
+
+def test_clear_output_clears_what_the_cell_showed_but_not_its_tool_calls() -> None:
+    cell = SessionRecord("clear").begin_cell("progress()")
+    cell.add_output("stream", {"name": "stdout", "text": "10%\n"})
+    cell.add_tool_call("notes", "add_note", {"text": "a"}, "accepted", "alice", "added")
+    cell.add_output("clear_output", {"wait": True})
+    cell.add_output("stream", {"name": "stdout", "text": "100%\n"})
+    cell.finish(0.1)
+    assert [o["output_type"] for o in cell.outputs] == ["display_data", "stream"]
+    assert cell.outputs[1]["text"] == "100%\n"

@@ -1,0 +1,82 @@
+"""Resume from a recorded session's notebook: a fresh kernel gets its state, no tool call repeats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ipybox import CodeExecutor
+from ipybox.notebook import NotebookError
+from ipybox.notebook.replay import ResumeError
+
+from .conftest import Recorded
+
+
+async def test_resume_restores_the_state_without_calling_or_asking(registered: Recorded) -> None:
+    recorded = registered
+    async with CodeExecutor(working_dir=recorded.workspace, spare_kernel=False) as executor:
+        # no approval handler is connected: a call that asked would be refused
+        report = await executor.resume(recorded.notebook)
+        assert (report.cells_run, report.cells_skipped, report.tool_calls) == (3, 4, 2)
+        result = await executor.execute("print(x, y, first, refused)")
+        assert result.text == "41 42 result='added' ApprovalRejectedError"
+        resumed = executor.notebook()
+        # the kernel plants a link where the application saves the notebook: replaced, not followed
+        victim = recorded.notes.parent / "victim.txt"
+        victim.write_text("precious")
+        await executor.execute(f"import os\nos.symlink({str(victim)!r}, 'planted.ipynb')")
+        executor.save_notebook(recorded.workspace / "planted.ipynb")
+    assert victim.read_text() == "precious"
+    assert not (recorded.workspace / "planted.ipynb").is_symlink()
+    assert recorded.notes.read_text() == "first\n"  # the server got the accepted call once, at recording
+    accepted, rejected = resumed.cells[1].metadata.ipybox.tool_calls
+    assert accepted.decided_by == "the resumed record (alice (reviewer))" and accepted.result_text == "added"
+    assert rejected.decision == "rejected" and "declined by the user" in rejected.error
+
+
+def _edited(recorded: Recorded, tmp: Path, change: str) -> Path:
+    nb = json.loads(recorded.notebook.read_text())
+    calls = nb["cells"][7]
+    if change == "code":
+        calls["source"] = "".join(calls["source"]).replace("'first'", "'other'")
+    elif change == "arguments":
+        calls["metadata"]["ipybox"]["tool_calls"][0]["arguments"] = {"text": "other"}
+    elif change == "missing call":
+        nb["cells"][8]["metadata"]["ipybox"]["tool_calls"] = calls["metadata"]["ipybox"]["tool_calls"][:1]
+    elif change == "outcome":
+        nb["cells"][8]["metadata"]["ipybox"]["status"] = "error"
+    path = recorded.workspace / f"edited-{change.replace(' ', '-')}.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+#: How a notebook is changed, the cell the resume stops at, and why.
+DIVERGENCES = [
+    ("code", 6, "its code was changed after it was recorded"),
+    ("arguments", 6, "which its record does not have"),
+    ("missing call", 7, "it did not make the recorded call notes.add_note"),
+    ("outcome", 7, "it succeeded this time, but failed when it was recorded"),
+]
+
+
+async def test_a_diverging_resume_stops_at_that_cell_and_keeps_the_state_before(
+    registered: Recorded, tmp_path: Path
+) -> None:
+    recorded = registered
+    async with CodeExecutor(working_dir=recorded.workspace, spare_kernel=False) as executor:
+        for change, cell, why in DIVERGENCES:  # one kernel for all: each resume starts from no x, y
+            await executor.execute("globals().pop('x', None); globals().pop('y', None)")
+            with pytest.raises(ResumeError, match=rf"stopped at cell \[{cell}\]: .*{why}") as info:
+                await executor.resume(_edited(recorded, tmp_path, change))
+            assert info.value.cell == cell
+            state = await executor.execute("print(x, 'y' in globals())")
+            assert state.text == f"41 {cell == 7}", (
+                change
+            )  # the cells before ran again ([7] before its check)
+        broken = recorded.workspace / "not-a-notebook.ipynb"
+        broken.write_text("{")
+        with pytest.raises(NotebookError, match="not a valid Jupyter notebook"):
+            await executor.resume(broken)
+    assert recorded.notes.read_text() == "first\n"
