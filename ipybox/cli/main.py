@@ -86,6 +86,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         max_kernels=args.max_kernels,
         spare_kernels=args.spare_kernels,
         shared_workspace=args.shared_workspace,
+        resume=args.resume,
         spilled_outputs=args.max_spilled_outputs,
         spilled_bytes=args.max_spilled_bytes,
     )

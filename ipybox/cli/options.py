@@ -125,6 +125,13 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                     'overrides the policy\'s "gpus" setting (only with --sandbox; see docs/sandbox.md)'
                 ),
             },
+            "--resume": {
+                "action": "store_true",
+                "help": (
+                    "rebuild each kernel that has a notebook in WORKSPACE/.ipybox/notebooks/ by running its "
+                    "cells again, tool calls answered from the notebook (none is made or asked again)"
+                ),
+            },
             "--transport": {
                 "choices": ["stdio", "streamable-http"],
                 "default": "stdio",

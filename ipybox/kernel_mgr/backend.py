@@ -46,6 +46,10 @@ class KernelSettings:
     require_shell_escape: bool = False
     #: The audit log, which a sandboxed kernel must not reach.
     audit_log: Path | None = None
+    #: Directories of ipybox's own records below `working_dir` (the MCP server's `.ipybox/`, with
+    #: its notebooks): made before a sandboxed kernel starts, then read-only to it, so a kernel
+    #: cannot forge what ipybox records of it.
+    state_dirs: tuple[Path, ...] = ()
 
     def kernel_env(self) -> dict[str, str]:
         """The variables every kernel gets: the application's and the shell-approval switches."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from ipybox import _safe_fs
 from ipybox._host_imports import guard_workspace
 from ipybox.kernel_mgr import transfer
 from ipybox.kernel_mgr.backend import KernelLike, KernelSettings, ToolEndpoint, ToolListener
@@ -25,6 +27,8 @@ from ipybox.sandbox import (
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.audit import AuditLog
 from ipybox.tool_exec.client import ENDPOINT_VAR
+
+logger = logging.getLogger(__name__)
 
 
 class LocalBackend:
@@ -50,6 +54,7 @@ class LocalBackend:
         self.gpus = gpus
         self.limits = limits or ResourceLimits()
         self.runtime_dir: Path | None = None
+        self._state_dirs: list[Path] = []
         self._settings: KernelSettings | None = None
         self._kernel_count = itertools.count()
 
@@ -59,6 +64,7 @@ class LocalBackend:
             guard_workspace(settings.working_dir)  # what the kernel writes there never shadows our imports
             if settings.audit_log is not None:  # a file ipybox can append to, before srt protects it
                 AuditLog(settings.audit_log, trusted=settings.working_dir).create()
+            self._state_dirs = _made_state_dirs(settings)
         self._settings = settings
         self.runtime_dir = make_runtime_dir()
         (self.runtime_dir / "kernels").mkdir()  # one private dir in it per kernel: all a sandboxed one sees
@@ -94,7 +100,7 @@ class LocalBackend:
                 runtime_dir / f"sandbox-{name}.json",
                 private,
                 cwd,
-                [settings.audit_log] if settings.audit_log is not None else [],
+                [*([settings.audit_log] if settings.audit_log is not None else []), *self._state_dirs],
                 reachable=[endpoint.path],
                 readable=import_paths(settings.env),
                 gpus=self.gpus,
@@ -129,3 +135,19 @@ class LocalBackend:
             release_sandbox(self.runtime_dir)  # its kernels are gone: remove the placeholders
         remove_runtime_dir(self.runtime_dir)
         self.runtime_dir = None
+
+
+def _made_state_dirs(settings: KernelSettings) -> list[Path]:
+    """ipybox's state directories below the working directory, made without following links (a
+    link planted there is left out and logged: a sandbox would protect what it names, not it)."""
+    made: list[Path] = []
+    for path in settings.state_dirs:
+        parts = _safe_fs.parts_below(path, settings.working_dir)
+        if not parts:
+            continue
+        try:
+            with _safe_fs.opendir(settings.working_dir, parts, create=True):
+                made.append(path)
+        except OSError as e:  # UnsafePathError too
+            logger.error("cannot make ipybox's state directory %s: %s", path, e)
+    return made

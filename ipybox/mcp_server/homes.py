@@ -1,4 +1,4 @@
-"""Where each principal's files live: its workspace and audit log."""
+"""Where each principal's files live: its workspace, ipybox's records there, the audit log."""
 
 from __future__ import annotations
 
@@ -57,8 +57,22 @@ class Homes:
             return self.root
         return owned.home(self.tree, principal_dir(name))
 
+    def state(self, principal: str) -> Path:
+        """ipybox's records in the principal's workspace (cut outputs, notebooks, the audit log by
+        default), written by ipybox only: read-only to sandboxed kernels."""
+        return self.workspace(principal) / ".ipybox"
+
     def audit_log(self, principal: str) -> Path:
-        return self._audit_log or self.workspace(principal) / ".ipybox" / "audit.jsonl"
+        return self._audit_log or self.state(principal) / "audit.jsonl"
+
+    def notebook(self, principal: str, kernel: str) -> Path:
+        """The notebook ipybox keeps of the principal's kernel `kernel` (a checked kernel name); in
+        a shared workspace, a user's are in `notebooks/users/<name>/`."""
+        folder = self.state(principal) / "notebooks"
+        name = user_name(principal)
+        if self._shared and name is not None:
+            folder = folder / "users" / principal_dir(name)
+        return folder / f"{kernel}.ipynb"
 
     def kernel_env(self, principal: str) -> dict[str, str]:
         """`KERNEL_ENV_<NAME>` variables (environment and the workspace's `.env`) as `<NAME>`."""

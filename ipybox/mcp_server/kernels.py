@@ -7,7 +7,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ipybox.code_exec import CodeExecutor
@@ -62,6 +62,8 @@ class _Kernel:
 
 ExecutorFactory = Callable[[str, str], CodeExecutor]
 """Makes the (not yet started) executor of a principal's named kernel."""
+StartHook = Callable[[str, str, CodeExecutor], Awaitable[str]]
+"""Runs on a principal's named kernel once started, before its first use: a notice for that use, or ""."""
 
 
 class KernelPool:
@@ -72,10 +74,18 @@ class KernelPool:
     and a notice saying why (`use()`). Principals never see each other's kernels.
     """
 
-    def __init__(self, factory: ExecutorFactory, *, idle_timeout: float | None, max_kernels: int) -> None:
+    def __init__(
+        self,
+        factory: ExecutorFactory,
+        *,
+        idle_timeout: float | None,
+        max_kernels: int,
+        on_start: StartHook | None = None,
+    ) -> None:
         if max_kernels < 1:
             raise ValueError(f"max_kernels must be at least 1, got {max_kernels}")
         self._factory = factory
+        self._on_start = on_start
         self.idle_timeout = idle_timeout
         self.max_kernels = max_kernels
         self._kernels: dict[tuple[str, str], _Kernel] = {}
@@ -131,6 +141,14 @@ class KernelPool:
             self._make_room(key[0])
             executor = self._factory(*key)
             await executor.start()
+            if self._on_start is not None:
+                try:
+                    notice = await self._on_start(*key, executor)
+                except BaseException:
+                    await executor.stop()
+                    raise
+                if notice:
+                    self._gone[key] = "\n".join(n for n in (self._gone.get(key), notice) if n)
             kernel = self._kernels[key] = _Kernel(executor)
             return kernel
         finally:

@@ -10,7 +10,7 @@ import shlex
 import signal
 import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -25,9 +25,10 @@ from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.spares import SpareKernels
 from ipybox.mcp_server import packages
 from ipybox.mcp_server.approval import ApprovalPolicy
-from ipybox.mcp_server.cells import ParkedRuns
+from ipybox.mcp_server.channels import ParkedRuns
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import DEFAULT_KERNEL, LOCAL, KernelPool
+from ipybox.mcp_server.notebooks import Notebooks
 from ipybox.mcp_server.output import Spill
 from ipybox.mcp_server.tools import Tools
 
@@ -72,6 +73,8 @@ class ServerOptions:
     spare_kernels: int = 1
     #: Authenticated principals share WORKSPACE instead of each getting WORKSPACE/users/<name>.
     shared_workspace: bool = False
+    #: Rebuild each kernel with a notebook from it when it first starts (`ipybox --resume`).
+    resume: bool = False
     #: Seconds a cell waits, paused, for a 2026-07-28 client to answer its approval requests.
     approval_ttl: float = 600
     #: Files of cut output kept in each workspace's .ipybox/outputs/, and their bytes together
@@ -89,26 +92,25 @@ def create_server(
         homes.prepare()
     executor_options = options.executor
     spares = SpareKernels(options.spare_kernels)
+    notebooks = Notebooks(homes, resume=options.resume)
 
     kernels = KernelPool(
-        functools.partial(_new_executor, homes, executor_options, spares),
+        functools.partial(_new_executor, homes, executor_options, spares, notebooks),
         idle_timeout=options.kernel_idle_timeout,
         max_kernels=options.max_kernels,
+        on_start=notebooks.started,
     )
     parked = ParkedRuns(options.approval_ttl)
-
-    async def install(package_name: str, principal: str) -> str:
-        on_gateway = executor_options.kernel_gateway_url is not None
-        return await _install(package_name, kernels, principal, on_gateway)
-
+    on_gateway = executor_options.kernel_gateway_url is not None
     tools = Tools(
         kernels,
         homes,
         policy=options.approval,
         allow_env=executor_options.allow_env,
-        install=install,
+        install=functools.partial(_install, kernels=kernels, on_gateway=on_gateway),
         parked=parked,
         spill=Spill(options.spilled_outputs, options.spilled_bytes),
+        notebooks=notebooks,
     )
 
     @contextlib.asynccontextmanager
@@ -116,14 +118,15 @@ def create_server(
         # No kernel starts before the first tool call: a client that only connects (`claude mcp
         # list`, a session that never uses ipybox) costs no kernel and leaves nothing in the
         # workspace, and the handshake does not share the CPU with kernel starts.
-        _close_on_signals(kernels, parked)
+        _close_on_signals(kernels, parked, notebooks)
         looking = asyncio.create_task(asyncio.to_thread(tools.siblings.check))  # logs what it finds
+        if options.resume:  # the local principal's kernels start resuming now (others' on first use)
+            _prewarm(kernels, notebooks.kernels(LOCAL)[: options.max_kernels])
         try:
             yield
         finally:
             looking.cancel()
-            await parked.close()
-            await kernels.close()
+            await _close(kernels, parked, notebooks)
 
     server: MCPServer[Any] = MCPServer(
         name="ipybox",
@@ -138,15 +141,26 @@ def create_server(
     return server
 
 
+def _prewarm(kernels: KernelPool, names: list[str]) -> None:
+    for name in names:
+        kernels.prewarm(LOCAL, name)
+
+
 def _new_executor(
-    homes: Homes, executor_options: ExecutorOptions, spares: SpareKernels, principal: str, name: str
+    homes: Homes,
+    executor_options: ExecutorOptions,
+    spares: SpareKernels,
+    notebooks: Notebooks,
+    principal: str,
+    name: str,
 ) -> CodeExecutor:
-    """The executor for a principal's named kernel; its spare kernel (if any) has a place in `spares`."""
+    """The executor for a principal's named kernel; its spare kernel (if any) has a place in
+    `spares`; it goes on with the kernel's notebook."""
     root = homes.workspace(principal)
     kwargs = {f.name: getattr(executor_options, f.name) for f in fields(executor_options)}
     if (principal, name) != (LOCAL, DEFAULT_KERNEL):  # a fixed port fits one tool server
         kwargs["tool_server_port"] = None
-    return CodeExecutor(
+    executor = CodeExecutor(
         **kwargs,
         spare_kernel=spares,
         kernel_env=homes.kernel_env(principal),
@@ -155,9 +169,13 @@ def _new_executor(
         audit_log=homes.audit_log(principal),
         log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
     )
+    # ipybox's records there (notebooks, cut outputs) are read-only to a sandboxed kernel
+    executor._settings = replace(executor._settings, state_dirs=(homes.state(principal),))
+    notebooks.seed(principal, name, executor)
+    return executor
 
 
-async def _install(package_name: str, kernels: KernelPool, principal: str, on_gateway: bool) -> str:
+async def _install(package_name: str, principal: str, *, kernels: KernelPool, on_gateway: bool) -> str:
     """Install a requirement for the principal's kernels (on a gateway: inside the kernel)."""
     try:
         spec = packages.check_requirement(package_name)
@@ -178,7 +196,7 @@ async def _install(package_name: str, kernels: KernelPool, principal: str, on_ga
         raise ToolError(str(e)) from None
 
 
-def _close_on_signals(kernels: KernelPool, parked: ParkedRuns) -> None:
+def _close_on_signals(kernels: KernelPool, parked: ParkedRuns, notebooks: Notebooks) -> None:
     """On SIGTERM (how clients stop a stdio server) or Ctrl-C, stop the kernels, then exit.
 
     A sandboxed kernel does not notice that ipybox is gone, so dying without stopping it would
@@ -192,7 +210,7 @@ def _close_on_signals(kernels: KernelPool, parked: ParkedRuns) -> None:
 
     async def close_and_exit(signum: signal.Signals) -> None:
         try:
-            await asyncio.wait_for(_close(kernels, parked), 10)
+            await asyncio.wait_for(_close(kernels, parked, notebooks), 10)
         finally:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)  # exit with the signal's default action
@@ -220,6 +238,8 @@ def _is_default_handler(handler: object) -> bool:
     return isinstance(owner, asyncio.Runner)
 
 
-async def _close(kernels: KernelPool, parked: ParkedRuns) -> None:
+async def _close(kernels: KernelPool, parked: ParkedRuns, notebooks: Notebooks) -> None:
     await parked.close()
+    await notebooks.close()  # written before the kernels stop (which may take long) ...
     await kernels.close()
+    await notebooks.close()  # ... and again with the cells that ended as they stopped

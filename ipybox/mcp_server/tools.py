@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,24 +13,15 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent, InputRequiredResult, TextContent
-from mcp_types.version import is_version_at_least
-from pydantic import BaseModel, ConfigDict
 
-from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
+from ipybox.code_exec import CodeExecutionError, CodeExecutionResult
 from ipybox.mcp_apigen import generate_mcp_sources
 from ipybox.mcp_connect import PlaceholderError, placeholder_names
-from ipybox.mcp_server.approval import QUESTION_TITLE, ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
+from ipybox.mcp_server import channels
+from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict
 from ipybox.mcp_server.auth import LocalAccessToken
-from ipybox.mcp_server.cells import (
-    DONE,
-    CellRun,
-    Decider,
-    ParkedRuns,
-    events,
-    interrupted_if_client_leaves,
-    pending_approvals,
-    refusal,
-)
+from ipybox.mcp_server.cells import CellRun, Decider, Subscriber, audited
+from ipybox.mcp_server.channels import ParkedRuns
 from ipybox.mcp_server.homes import Homes
 from ipybox.mcp_server.kernels import (
     DEFAULT_KERNEL,
@@ -41,6 +31,8 @@ from ipybox.mcp_server.kernels import (
     shown,
     user_principal,
 )
+from ipybox.mcp_server.live import LiveView, follow, interrupted_if_client_leaves
+from ipybox.mcp_server.notebooks import Notebooks
 from ipybox.mcp_server.output import Spill, truncate
 from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
@@ -49,23 +41,11 @@ from ipybox.tool_exec.audit import AuditLog
 
 logger = logging.getLogger(__name__)
 
-#: Characters of a cell's output streamed to the client while it runs.
-STREAM_LIMIT = 1_000_000
-#: Seconds between progress notifications while a cell runs silently.
-HEARTBEAT = 5.0
-_STREAM_STOPPED = "[ipybox: live output stopped here; the result keeps the head and tail of the output]"
 _NO_ELICITATION = (
     "[ipybox: this client cannot ask you (no elicitation support), so tool calls from code run "
     "without approval; see the audit log]"
 )
-_INPUT_REQUIRED_VERSION = "2026-07-28"
 Content = list[TextContent | ImageContent]
-
-
-class _Approve(BaseModel):
-    """Accept runs the tool call; decline or cancel refuses it."""
-
-    model_config = ConfigDict(title=QUESTION_TITLE)
 
 
 def principal() -> str:
@@ -89,6 +69,7 @@ class Tools:
         install: Callable[[str, str], Awaitable[str]],
         parked: ParkedRuns,
         spill: Spill,
+        notebooks: Notebooks,
     ) -> None:
         self.kernels = kernels
         self.home = home
@@ -97,6 +78,7 @@ class Tools:
         self._install = install
         self.parked = parked
         self.spill = spill
+        self.notebooks = notebooks
         self._told_no_elicitation: set[str] = set()  # principals whose reply said calls ran unasked
         self._untold: set[str] = set()  # principals whose calls ran unasked, not yet told
         self.siblings = Siblings(home.root)
@@ -151,22 +133,29 @@ class Tools:
         mcptools.<server>.<tool>.run(); the user may approve each. kernel: an independent kernel's
         name (max 4, a 5th stops the LRU)."""
         who = principal()
+        by = f"user ({shown(who)}) through the client"
         if ctx.request_state is not None:  # a later round: the user answered the approval requests
-            run = self.parked.take(ctx.request_state, who)
-            if run is None:
+            parked = self.parked.take(ctx.request_state, who)
+            if parked is None:
                 raise ToolError("This cell's approval requests expired; run the cell again.")
-            await run.answer(ctx.input_responses, f"user ({shown(who)}) through the client")
+            run, view = parked
+            await channels.answer(run, ctx.input_responses, by)
         else:
             self._workspace(who)
-            run = self._start(code, ctx, who, kernel, timeout, max_output_chars)
+            run, view = self._start(code, ctx, who, kernel, timeout, max_output_chars)
             await self.parked.abandon(who, kernel)
         async with interrupted_if_client_leaves(run, ctx.request_context.request):
-            return await self._follow(run, ctx, max_output_chars)
+            channel = channels.channel_for(ctx, self.parked, by)  # the era's, chosen once
+            if (asked := await follow(run, view, ctx, channel)) is not None:
+                return asked  # parked for the user's answers: the client's next call brings them
+            notices = (self.siblings.notice(), self._no_elicitation_notice(who), run.kernel_notice)
+            notice = "\n".join(n for n in notices if n)
+            return _reply(run, self.home.workspace(who), max_output_chars, notice, self.spill)
         raise ToolError("The client disconnected, so the cell was interrupted.")
 
     def _start(
         self, code: str, ctx: Context[Any, Any], who: str, kernel: str, timeout: float, max_output_chars: int
-    ) -> CellRun:
+    ) -> tuple[CellRun, LiveView]:
         if not code.strip():
             raise ToolError("code is empty: pass the Python source to run.")
         if not timeout > 0:
@@ -179,15 +168,20 @@ class Tools:
             raise ToolError(str(e)) from None
         capabilities = ctx.client_capabilities
         can_ask = capabilities is not None and capabilities.elicitation is not None
-        return CellRun(
+        view = LiveView()
+        subscribers: list[Subscriber] = [view, self.notebooks.subscriber(who, kernel)]
+        if (audit := self._audit(who)) is not None:
+            subscribers.append(audited(audit))
+        run = CellRun(
             self.kernels.use(who, kernel),
             code,
             timeout,
             principal=who,
             kernel_name=kernel,
             decide=None if self.policy.mode == "auto" else self._decider(who, can_ask),
-            audit=self._audit(who),
+            subscribers=subscribers,
         )
+        return run, view
 
     def _workspace(self, who: str) -> Path:
         """The principal's workspace; a home ipybox refuses (one it did not make) is the tool's error."""
@@ -218,46 +212,6 @@ class Tools:
             logger.error("cannot open the audit log: %s", e)
             return None
 
-    async def _follow(
-        self, run: CellRun, ctx: Context[Any, Any], max_output_chars: int
-    ) -> Content | InputRequiredResult:
-        """Relay the run's output as progress until it ends or needs the user's answers."""
-        version = ctx.protocol_version
-        modern = version is not None and is_version_at_least(version, _INPUT_REQUIRED_VERSION)
-        progress = streamed = 0
-        parked = False
-        try:
-            async for item in events(run, HEARTBEAT):
-                if item is DONE:
-                    break
-                progress += 1
-                if item is None:
-                    await _report(ctx, progress, "running")
-                elif isinstance(item, CodeExecutionChunk):
-                    if streamed < STREAM_LIMIT:  # the live view of a flood stops; the result keeps its ends
-                        text = item.text[: STREAM_LIMIT - streamed]
-                        streamed += len(item.text)
-                        if streamed >= STREAM_LIMIT:
-                            text += f"\n{_STREAM_STOPPED}"
-                        await _stream_to_client(ctx, text, progress)
-                elif isinstance(item, ApprovalRequest):
-                    if modern:
-                        requests = run.input_requests(await pending_approvals(run, item))
-                        self.parked.park(run)
-                        parked = True
-                        return InputRequiredResult(input_requests=requests, request_state=run.id)
-                    await self._ask(ctx, run, item)
-        finally:
-            if not parked:
-                await run.cancel()  # a client that cancels or goes away interrupts the cell
-        notices = (
-            self.siblings.notice(),
-            self._no_elicitation_notice(run.principal),
-            run.kernel_notice,
-        )
-        notice = "\n".join(n for n in notices if n)
-        return _reply(run, self.home.workspace(run.principal), max_output_chars, notice, self.spill)
-
     def _no_elicitation_notice(self, who: str) -> str:
         """Said once, in the reply of the first cell whose tool call ran without asking the user
         (the client cannot ask); cells that call no such tool stay free of it."""
@@ -266,16 +220,6 @@ class Tools:
         self._untold.discard(who)
         self._told_no_elicitation.add(who)
         return _NO_ELICITATION
-
-    async def _ask(self, ctx: Context[Any, Any], run: CellRun, request: ApprovalRequest) -> None:
-        message = describe_call(request.server_name, request.tool_name, request.tool_args)
-        try:
-            answer = await ctx.elicit(message, _Approve)
-            accepted, why = answer.action == "accept", refusal(answer.action)
-        except Exception as e:  # the client failed to ask: refuse rather than run unapproved
-            logger.warning("elicitation failed: %s", e)
-            accepted, why = False, f"not approved: the client failed to put the question to the user ({e})"
-        await run.decide(request, accepted, f"user ({shown(run.principal)}) through the client", why)
 
     async def install_package(self, package_name: str, ctx: Context[Any, Any]) -> str:
         """Install a package for the kernel, with network: "numpy>=1.26" or "git+https://..." (not !pip)."""
@@ -293,6 +237,7 @@ class Tools:
         self._workspace(who)
         async with self.kernels.use(who, kernel) as (executor, _):
             await executor.reset()
+        self.notebooks.changed(who, kernel, executor)
         return f"Kernel {kernel!r} reset."
 
 
@@ -330,22 +275,6 @@ def _drop_titles(schema: Any) -> None:
             _drop_titles(value)
 
 
-async def _report(ctx: Context[Any, Any], progress: int, message: str) -> None:
-    with contextlib.suppress(Exception):
-        await ctx.report_progress(progress, message=message)
-
-
-async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) -> None:
-    """Forward a chunk of output while the cell runs: as progress (if the client asked for it) and log.
-
-    `progress` counts the notifications: the protocol requires it to increase with every one.
-    """
-    await _report(ctx, progress, text)
-    with contextlib.suppress(Exception), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # logging notifications are deprecated in newer protocol versions
-        await ctx.log("info", text, logger_name="ipybox.output")
-
-
 def _audit_refusal(log: AuditLog, server_name: str, server_params: Any, error: ValueError) -> None:
     """Record a refused registration: the rule and the variables it names, never their values."""
     if isinstance(error, PlaceholderError):
@@ -362,6 +291,7 @@ def _audit_refusal(log: AuditLog, server_name: str, server_params: Any, error: V
 
 def _forget_modules(server_name: str) -> str:
     return (
+        f"# ipybox: mcptools/{server_name}/ was generated again; code imports the new modules\n"
         "import sys as _s, importlib as _i\n"
         f"[_s.modules.pop(_k) for _k in list(_s.modules) if _k == 'mcptools.{server_name}' "
         f"or _k.startswith('mcptools.{server_name}.')]\n"

@@ -16,7 +16,7 @@ OPTIONS = [
     "--log-level",
     *("--approval", "--approve-shell-cmds", "--kernel-idle-timeout", "--max-kernels", "--auth-tokens"),
     *("--jwt-issuer", "--jwt-audience", "--jwks", "--shared-workspace", "--public-url"),
-    *("--no-auth", "--shared-trust", "--spare-kernels"),
+    *("--no-auth", "--shared-trust", "--spare-kernels", "--resume"),
 ]
 
 pytestmark = pytest.mark.timeout(60)

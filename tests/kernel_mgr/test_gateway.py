@@ -453,3 +453,22 @@ def test_the_modules_sent_to_remote_kernels_import_only_each_other() -> None:
                 imported |= {a.name for a in node.names if a.name.startswith("ipybox.")}
     needed = {name.removeprefix("ipybox.").replace(".", "/") + ".py" for name in imported}
     assert needed <= set(KERNEL_MODULES), sorted(needed - set(KERNEL_MODULES))
+
+
+async def test_mcp_server_resumes_a_gateway_kernel_from_its_notebook(
+    own_gateway: GatewayProcess, tmp_path: Path
+) -> None:
+    """`ipybox --resume` rebuilds a gateway kernel as it does a local one: from the workspace's notebook."""
+    from mcp_server.conftest import open_ipybox
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    args = ["--kernel-gateway", own_gateway.url, "--approval", "auto"]
+    env = {"IPYBOX_KERNEL_GATEWAY_TOKEN": own_gateway.token}
+    async with open_ipybox(workspace, tmp_path / "state", args=args, env=env) as box:
+        await box.output("x = 41")
+        await box.output("y = x + 1")
+    assert (workspace / ".ipybox" / "notebooks" / "default.ipynb").is_file()
+    async with open_ipybox(workspace, tmp_path / "state", args=[*args, "--resume"], env=env) as box:
+        resumed = await box.output("print(y)")
+    assert resumed.endswith("42") and "2 cells ran again" in resumed, resumed

@@ -18,7 +18,7 @@ from mcp.server.elicitation import render_elicitation_schema
 from mcp.types import ElicitRequestParams, ElicitResult
 from servers.hostile_args import PAYLOAD, assert_shown_safely, calls, cases
 
-from ipybox.mcp_server import cells, tools
+from ipybox.mcp_server import channels
 from ipybox.mcp_server.approval import QUESTION_TITLE, describe_call
 
 from .conftest import IPYBOX_COMMAND, server_env, text_of
@@ -141,6 +141,6 @@ def test_docs_show_real_questions() -> None:
 def test_question_forms_are_titled_for_a_person() -> None:
     """The form both eras send is titled in words, never with a class name (the 2025-11-25 wire
     form drops titles; earlier protocol versions show them)."""
-    handshake = render_elicitation_schema(tools._Approve)  # what ctx.elicit() sends
-    assert handshake["title"] == cells._APPROVE_SCHEMA["title"] == QUESTION_TITLE
+    handshake = render_elicitation_schema(channels._Approve)  # what ctx.elicit() sends
+    assert handshake["title"] == channels._APPROVE_SCHEMA["title"] == QUESTION_TITLE
     assert "_Approve" not in json.dumps(handshake)

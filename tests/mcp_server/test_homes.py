@@ -203,3 +203,15 @@ async def test_env_file_values_reach_the_kernel_alone_and_literally(
         )
     assert seen.pop("PATH").endswith(hostile.pop("PATH")) and seen == literal | hostile
     assert not marker.exists() or not args, marker.read_text()
+
+
+def test_each_principal_has_its_own_notebooks(tmp_path: Path) -> None:
+    """Notebooks lie in the principal's own home; in a shared workspace, users' apart by name."""
+    bob, odd = user_principal("bob"), user_principal("Bob@example.com")
+    homes = Homes(tmp_path)
+    assert homes.notebook(LOCAL, "default") == tmp_path / ".ipybox" / "notebooks" / "default.ipynb"
+    assert homes.notebook(bob, "k") == tmp_path / "users" / "bob" / ".ipybox" / "notebooks" / "k.ipynb"
+    shared = Homes(tmp_path, shared=True)
+    paths = [shared.notebook(p, "default") for p in (LOCAL, bob, odd)]
+    assert len(set(paths)) == 3 and all(p.is_relative_to(tmp_path / ".ipybox" / "notebooks") for p in paths)
+    assert paths[1] == tmp_path / ".ipybox" / "notebooks" / "users" / "bob" / "default.ipynb"
