@@ -397,9 +397,8 @@ def sandbox_command(
     `working_dir`: srt's own protections of its working directory would leave mount points in
     the workspace; ipybox protects the workspace itself (see `ipybox.sandbox.autorun`), with
     placeholders that `release_sandbox(policy_file.parent)` removes once the kernels ended.
-    srt starts bubblewrap through ipybox's launcher, written beside `policy_file`. The homes of
-    the MCP server's principals are hidden and read-only but for the kernel's own (see
-    `ipybox.sandbox.owned`).
+    srt starts bubblewrap through ipybox's launcher, written beside `policy_file`. Principals'
+    homes are hidden and read-only but for the kernel's own (`ipybox.sandbox.owned`).
     """
     srt = srt_executable()
     runtime = policy_file.parent.absolute()
