@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ipybox._service import Service
-from ipybox.kernel_mgr.backend import KernelBackend, KernelSettings, ToolEndpoint, backend_for
+from ipybox.kernel_mgr.backend import KernelBackend, KernelSettings, ToolEndpoint
 from ipybox.kernel_mgr.cell import (
     Cell,
     CellOutput,
@@ -23,6 +23,7 @@ from ipybox.kernel_mgr.cell import (
     save_images,
 )
 from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.kernel_mgr.shipped import backend_for
 from ipybox.kernel_mgr.supervisor import KernelSupervisor, SpareKernels
 from ipybox.tool_exec.server import ToolServer
 
