@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ipybox.code_exec import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult
 from ipybox.mcp_apigen import generate_mcp_sources
-from ipybox.mcp_connect import PlaceholderError, placeholder_names
+from ipybox.mcp_client.placeholders import PlaceholderError, placeholder_names
 from ipybox.mcp_server.approval import QUESTION_TITLE, ApprovalPolicy, ReadOnlyTools, Verdict, describe_call
 from ipybox.mcp_server.auth import LocalAccessToken
 from ipybox.mcp_server.cells import (
