@@ -110,3 +110,20 @@ def test_no_import_cycles() -> None:
         if name not in state:
             visit(name, [name])
     assert cycles == []
+
+
+def test_no_module_only_re_exports() -> None:
+    """Each name is imported from the module it lives in: no module (a package's `__init__`, its
+    public face, and `__main__` aside) stands only to pass on names defined elsewhere."""
+    shims = [
+        name
+        for name, tree in _modules().items()
+        if not (PACKAGE.parent / name.replace(".", "/") / "__init__.py").exists()
+        and not name.endswith(".__main__")
+        and not any(
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.AnnAssign)
+            or (isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) != "__all__")
+            for node in tree.body
+        )
+    ]
+    assert shims == []

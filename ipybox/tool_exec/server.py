@@ -48,7 +48,7 @@ class ToolServer(Service):
 
     `${VAR}` placeholders take values from `workspace/.env` and the environment (all of it by
     default, only the names in `allow_env` if given), or exactly from `placeholder_env`; they
-    are filled only where `ipybox.mcp_connect.resolve` allows.
+    are filled only where `ipybox.mcp_client.placeholders.resolve` allows.
 
     What it holds for its kernel is bounded: `max_connections` open connections and
     `max_buffered` bytes of requests at once (the `tool_connections` and `tool_buffer` of
