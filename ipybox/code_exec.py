@@ -265,7 +265,7 @@ class CodeExecutor(Service):
         (waiting for the executor, say): interrupt the kernel, reject pending approvals, and end
         them promptly without a result. The kernel keeps its state. Does nothing when none runs."""
         for cell in list(self._cells):
-            cell.cancelled.set()
+            cell.cancel()
 
     def _run(
         self, code: str, timeout: float | None, chunks: bool, auto_approve: bool
