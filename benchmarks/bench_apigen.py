@@ -71,14 +71,23 @@ def load_baseline(rev: str) -> types.ModuleType:
             text=True,
             check=True,
         ).stdout
-        (target / f"{name}.py").write_text(source.replace("ipybox.mcp_apigen.", "baseline_apigen."))
+        source = source.replace("ipybox.mcp_apigen.", "baseline_apigen.")
+        (target / f"{name}.py").write_text(source.replace("ipybox.mcp_connect", "baseline_apigen._connect"))
+    # the modules the baseline imported its MCP helpers from are gone: the names, from where they live
+    (target / "_connect.py").write_text(_BASELINE_CONNECT)
     sys.path.insert(0, str(target.parent))
-    import ipybox.mcp_connect as connect
-
-    for missing in ("environment",):  # names later commits moved; the baseline only imports them
-        if not hasattr(connect, missing):
-            setattr(connect, missing, lambda *args: {})
     return importlib.import_module("baseline_apigen.generate")
+
+
+_BASELINE_CONNECT = """
+from ipybox.mcp_client.params import ServerParamsError, transport_of
+from ipybox.mcp_client.placeholders import placeholder_values, redact
+from ipybox.mcp_client.session import describe_error, list_all_tools, open_session
+
+
+def environment(*args):  # a name later commits dropped; the baseline only imports it
+    return {}
+"""
 
 
 def servers() -> dict[str, dict[str, Any]]:

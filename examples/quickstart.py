@@ -32,8 +32,8 @@ from mcptools.everything import get_structured_content as weather, echo
 readings = {}
 for city in weather.Location:
     result = weather.run(weather.Params(location=city))
-    readings[city.value] = result.temperature
-    print(f"{city.value:12} {result.temperature:5.1f} °C  {result.conditions}")
+    readings[city.value] = result.temperature  # in °F (73 in sunny LA), though its schema says celsius
+    print(f"{city.value:12} {result.temperature:5.1f} °F  {result.conditions}")
 
 warmest = max(readings, key=readings.get)
 print(echo.run(echo.Params(message=f"warmest city: {warmest}")))

@@ -1,18 +1,35 @@
 """The tool execution pieces on their own: a ToolServer that requires approval, an ApprovalClient
 that decides, and a ToolRunner that calls a tool, as code in a kernel would.
 
-Run with `uv run python examples/tool_server.py` (after `scripts/setup`).
+Run with `uv run python examples/tool_server.py` (after `scripts/setup`), or copy it anywhere
+ipybox is installed and `mcp-server-everything` is on PATH
+(`npm install -g @modelcontextprotocol/server-everything`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import sys
 from pathlib import Path
 
 from ipybox import ApprovalClient, ApprovalRequest, ToolRunner, ToolServer
 
-EVERYTHING = Path(__file__).resolve().parent.parent / "node_modules" / ".bin" / "mcp-server-everything"
-SERVER_PARAMS = {"command": str(EVERYTHING), "args": ["stdio"]}
+
+def everything_command() -> str:
+    """The `mcp-server-everything` command: on PATH, else the one of the ipybox clone this file is in."""
+    in_clone = Path(__file__).resolve().parent.parent / "node_modules" / ".bin" / "mcp-server-everything"
+    found = shutil.which("mcp-server-everything") or (str(in_clone) if in_clone.exists() else None)
+    if found is None:
+        sys.exit(
+            "This example needs the mcp-server-everything command on PATH: install it with "
+            "`npm install -g @modelcontextprotocol/server-everything`, or, in an ipybox clone after "
+            '`scripts/setup`, run `export PATH="$PWD/node_modules/.bin:$PATH"`.'
+        )
+    return found
+
+
+SERVER_PARAMS = {"command": everything_command(), "args": ["stdio"]}
 
 
 async def decide(request: ApprovalRequest) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ipybox._service import Service
-from ipybox.kernel_mgr.backend import KernelBackend, KernelSettings, ToolEndpoint, backend_for
+from ipybox.kernel_mgr.backend import KernelBackend, KernelSettings, ToolEndpoint
 from ipybox.kernel_mgr.cell import (
     Cell,
     CellOutput,
@@ -23,6 +23,7 @@ from ipybox.kernel_mgr.cell import (
     save_images,
 )
 from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.kernel_mgr.shipped import backend_for
 from ipybox.kernel_mgr.supervisor import KernelSupervisor, SpareKernels
 from ipybox.tool_exec.server import ToolServer
 
@@ -266,7 +267,7 @@ class CodeExecutor(Service):
         (waiting for the executor, say): interrupt the kernel, reject pending approvals, and end
         them promptly without a result. The kernel keeps its state. Does nothing when none runs."""
         for cell in list(self._cells):
-            cell.cancelled.set()
+            cell.cancel()
 
     def _run(
         self, code: str, timeout: float | None, chunks: bool, auto_approve: bool

@@ -71,12 +71,26 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
 
 
 def test_tool_server_example_accepts_and_rejects(tmp_path: Path) -> None:
-    out = run([sys.executable, "examples/tool_server.py"], tmp_path)
+    """Run as a user who copied it into a project of their own (the server found on PATH)."""
+    copy = tmp_path / "project" / "tool_server.py"
+    copy.parent.mkdir()
+    shutil.copy2(REPO / "examples" / "tool_server.py", copy)
+    out = run([sys.executable, str(copy)], tmp_path, cwd=copy.parent)
     assert "get-sum: The sum of 2 and 3 is 5." in out
     assert "approval requested: everything.get-sum(a=2, b=3)" in out
     # the reason the remote approval client gave reaches the calling code
     refused = "Tool call everything.echo was refused by this application's policy: only get-sum may run."
     assert f"echo: ApprovalRejectedError: {refused}" in out
+
+
+def test_tool_server_example_copied_without_the_server_says_how_to_get_it(tmp_path: Path) -> None:
+    copy = tmp_path / "tool_server.py"
+    shutil.copy2(REPO / "examples" / "tool_server.py", copy)
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin", "HOME": os.environ["HOME"]}
+    if shutil.which("mcp-server-everything", path=env["PATH"]):
+        pytest.skip("mcp-server-everything is installed system-wide here")
+    done = subprocess.run([sys.executable, str(copy)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 1 and "npm install -g @modelcontextprotocol/server-everything" in done.stderr
 
 
 def test_sandbox_example_blocks_and_allows(tmp_path: Path) -> None:

@@ -27,9 +27,6 @@ SPEC_PATHS = [
     ("ipybox.tool_exec.approval.client", "ApprovalClient ApprovalRequest"),
     ("ipybox.tool_exec.approval.server", "ApprovalChannel"),
     ("ipybox.mcp_apigen", "generate_mcp_sources"),
-    # modules moved into packages keep their old paths
-    ("ipybox.mcp_connect", "ServerParamsError PlaceholderError Placeholders open_session resolve redact"),
-    ("ipybox.mcp_repair", "UnusableToolError ToolRepair repair_tool"),
     ("ipybox.kernel_mgr.gateway", "GatewayConfig GatewayError GatewayKernel DirectoryMirror"),
     ("ipybox.kernel_mgr.limits", "ResourceLimits"),
     # the kernel-backend seam (`CodeExecutor(backend=...)`, docs/architecture.md)
@@ -91,7 +88,7 @@ def test_every_public_error_derives_from_ipybox_error() -> None:
 
 
 def test_errors_keep_their_builtin_bases() -> None:
-    from ipybox.mcp_connect import ServerParamsError
+    from ipybox.mcp_client.params import ServerParamsError
     from ipybox.sandbox import SandboxError
 
     assert issubclass(SandboxError, RuntimeError) and issubclass(ServerParamsError, ValueError)

@@ -75,6 +75,14 @@ def test_demo_script_on_a_fresh_home(tmp_path: Path) -> None:
     assert "3. Result returned to the agent:" in done.stdout and "Echo: warmest city:" in done.stdout
     uv = home / ".local" / "share" / "ipybox" / "uv-venv" / "bin" / "uv"
     assert uv.is_file()
+    # the user gets `uv` (the README's Install uses it) where uv's installer puts it, and is told
+    # how to put that folder on PATH (their PATH here lacks it; a Debian login shell adds it)
+    user_bin = home / ".local" / "bin"
+    assert (user_bin / "uv").resolve() == uv.resolve() and (user_bin / "uvx").exists()
+    assert f'export PATH="{user_bin}:$PATH"' in done.stderr, done.stderr
+    told = env | {"PATH": os.pathsep.join([str(user_bin), env["PATH"]])}
+    version = subprocess.run(["uv", "--version"], cwd=tmp_path, env=told, capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("uv "), version.stderr
     imported = subprocess.run(
         [str(clone / ".venv" / "bin" / "python"), "-c", "import ipybox, mcp; print(ipybox.__file__)"],
         cwd=tmp_path,

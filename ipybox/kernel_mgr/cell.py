@@ -119,6 +119,14 @@ class Cell:
     approve_tool_calls: bool = True
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Ends a running `run()` at once (set while it runs): a callback, not a task per cell.
+    _on_cancel: Callable[[], None] | None = field(default=None, init=False, repr=False)
+
+    def cancel(self) -> None:
+        """End the cell: interrupted if it runs, never started if it has not."""
+        self.cancelled.set()
+        if self._on_cancel is not None:
+            self._on_cancel()
 
     async def run(
         self, kernels: KernelSupervisor, tools: ToolServer
@@ -157,8 +165,7 @@ class Cell:
         approval.on_wait = lambda waiting: deadline.pause() if waiting else deadline.resume()
         task = asyncio.create_task(kernels.execute(self.code, on_event, deadline))
         task.add_done_callback(lambda _: queue.put_nowait(_DONE))
-        watcher = asyncio.create_task(self.cancelled.wait())
-        watcher.add_done_callback(lambda _: queue.put_nowait(_CANCELLED))
+        self._on_cancel = lambda: queue.put_nowait(_CANCELLED)
         try:
             while (item := await queue.get()) not in (_DONE, _CANCELLED):
                 if isinstance(item, CodeExecutionChunk):
@@ -169,7 +176,7 @@ class Cell:
                 return
             reply = record.ended(task, lambda: self._reply(task, output))
         finally:
-            watcher.cancel()
+            self._on_cancel = None
             record.end("interrupted: its caller stopped waiting for it")  # unless ended above
             tools.observers.remove(record.on_call)
             approval.disconnect(on_approval)

@@ -56,11 +56,15 @@ def _pending(fd: int) -> int:
 
 
 def drain_fd_output(*_: object) -> None:
-    """Wait until ipykernel has read what was written to the captured fds, then flush it."""
+    """Wait until ipykernel has read what was written to the captured fds, then flush it.
+
+    ipykernel flushes both streams itself before it replies; the flush here (a round trip to its
+    IO thread, which blocks) is only for output that had to be waited for.
+    """
     deadline = time.monotonic() + _DRAIN_SECONDS
     for stream in (sys.stdout, sys.stderr):
         fd = getattr(stream, "_fid", None)  # the read end of ipykernel's capture pipe
-        if not isinstance(fd, int):
+        if not isinstance(fd, int) or not _pending(fd):
             continue
         while _pending(fd) and time.monotonic() < deadline:
             time.sleep(0.001)

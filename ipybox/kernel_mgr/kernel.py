@@ -321,7 +321,9 @@ class Kernel:
         collector = OutputCollector(on_event)
         try:
             await self._race(self._drain_iopub(client, msg_id, collector), deadline)
-            reply = await self._race(self._shell_reply(client, msg_id), deadline, grace=5)
+            reply = await self._arrived_shell_reply(client, msg_id)
+            if reply is None:
+                reply = await self._race(self._shell_reply(client, msg_id), deadline, grace=5)
         except TimeoutError:
             await self._interrupt(client, msg_id, interrupt_grace)
             raise
@@ -370,6 +372,17 @@ class Kernel:
                 msg = await client.get_iopub_msg(timeout=0.2)
                 if msg["parent_header"].get("msg_id") == msg_id:
                     collector.add(msg)
+
+    @staticmethod
+    async def _arrived_shell_reply(client: AsyncKernelClient, msg_id: str) -> dict[str, Any] | None:
+        """The execute reply if it is there already, as it mostly is once the idle status came;
+        taken without the task and wait of a race. None if it has not arrived."""
+        with contextlib.suppress(Empty):
+            while True:
+                msg: dict[str, Any] = await client.get_shell_msg(timeout=0)
+                if msg["parent_header"].get("msg_id") == msg_id:
+                    return msg
+        return None
 
     async def _shell_reply(self, client: AsyncKernelClient, msg_id: str) -> dict[str, Any]:
         while True:

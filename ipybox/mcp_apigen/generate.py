@@ -20,16 +20,9 @@ from ipybox.mcp_apigen.discover import PARSER_MARKER, parsed_result
 from ipybox.mcp_apigen.names import BUILTIN_NAMES, UniqueNames, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines, py_literal, with_notes
 from ipybox.mcp_apigen.signature import signature
-from ipybox.mcp_connect import (
-    Placeholders,
-    ServerParamsError,
-    describe_error,
-    list_all_tools,
-    open_session,
-    placeholder_values,
-    redact,
-    transport_of,
-)
+from ipybox.mcp_client.params import ServerParamsError, transport_of
+from ipybox.mcp_client.placeholders import Placeholders, placeholder_values, redact
+from ipybox.mcp_client.session import describe_error, list_all_tools, open_session
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.server import SHELL_SERVER
 
@@ -287,7 +280,7 @@ async def list_tools(
 ) -> list[ToolSpec]:
     """Connect to an MCP server and list all its tools, following pagination cursors.
 
-    Malformed tools are repaired or left out (see `ipybox.mcp_repair`); `report` says which.
+    Malformed tools are repaired or left out (see `ipybox.mcp_client.repair`); `report` says which.
     `${VAR}` placeholders take their values from `placeholders` (default: the current directory's).
     """
     placeholders = placeholders or Placeholders.of(Path.cwd())
@@ -346,7 +339,7 @@ async def generate_mcp_sources(
     `root_dir` itself. `${VAR}` placeholders in `server_params` stay in the generated code and
     are resolved only when the server starts, from `.env` in `workspace` (default: `root_dir`'s
     parent) and the environment (only the names in `allow_env`, if given), or from
-    `placeholder_env` alone; see `ipybox.mcp_connect.resolve` for where they may stand.
+    `placeholder_env` alone; see `ipybox.mcp_client.placeholders.resolve` for where they may stand.
 
     One malformed tool does not stop the others. A tool the MCP SDK would reject is repaired
     when its meaning is clear: an input schema without `"type"` (e.g. `{}`) is an object (no

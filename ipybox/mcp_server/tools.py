@@ -16,7 +16,7 @@ from mcp_types import ImageContent, InputRequiredResult, TextContent
 
 from ipybox.code_exec import CodeExecutionError, CodeExecutionResult
 from ipybox.mcp_apigen import generate_mcp_sources
-from ipybox.mcp_connect import PlaceholderError, placeholder_names
+from ipybox.mcp_client.placeholders import PlaceholderError, placeholder_names
 from ipybox.mcp_server import channels
 from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict
 from ipybox.mcp_server.auth import LocalAccessToken

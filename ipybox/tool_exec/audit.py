@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ipybox import _safe_fs
 from ipybox.mcp_client.placeholders import redact
@@ -46,13 +46,21 @@ class AuditLog:
     file with no other hard link is written: else code from an earlier session could have
     planted a link that makes ipybox append to some other file. Such a record is not written;
     the error is logged, naming the path.
+
+    With `keep_open` (a tool server's log: a tool call writes one record, and the safe open costs
+    more than the call's own work) the file checked and opened so stays open across records until
+    `close()`; each record first checks that the path still names that file, and opens it afresh,
+    checked again, when it does not (moved, deleted, or replaced by whatever a kernel planted).
     """
 
-    def __init__(self, path: Path, *, trusted: Path | None = None) -> None:
+    def __init__(self, path: Path, *, trusted: Path | None = None, keep_open: bool = False) -> None:
         self.path = Path(path)
+        self._keep_open = keep_open
         self._trusted = trusted
         self._lock = threading.Lock()
         self._secrets: set[str] = set()
+        self._file: BinaryIO | None = None  # the checked file, open for appending
+        self._identity: tuple[int, int] | None = None  # its (st_dev, st_ino)
 
     def add_secrets(self, values: Iterable[str]) -> None:
         """Never write these values (e.g. resolved `${VAR}` placeholders)."""
@@ -140,18 +148,42 @@ class AuditLog:
             except OSError as e:  # UnsafePathError too
                 logger.error("cannot create the audit log %s: %s", self.path, e)
 
+    def close(self) -> None:
+        """Close the log file until the next record (which opens it again)."""
+        with self._lock:
+            self._forget()
+
+    def _forget(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file, self._identity = None, None
+
     def _write(self, entry: dict[str, Any]) -> None:
         line = json.dumps(self._redact(entry), default=str) + "\n"
         with self._lock:
+            if self._file is None or not self._still_names_file():
+                self._forget()
+                try:
+                    fd = self._open()
+                except _safe_fs.UnsafePathError as e:
+                    logger.error("not writing the audit log %s: %s", self.path, e)
+                    return
+                info = os.fstat(fd)
+                self._file, self._identity = os.fdopen(fd, "ab", buffering=0), (info.st_dev, info.st_ino)
             try:
-                fd = self._open()
-            except _safe_fs.UnsafePathError as e:
-                logger.error("not writing the audit log %s: %s", self.path, e)
-                return
-            try:
-                os.write(fd, line.encode())
+                self._file.write(line.encode())
             finally:
-                os.close(fd)
+                if not self._keep_open:
+                    self._forget()
+
+    def _still_names_file(self) -> bool:
+        """Whether the path names the open file still (only to notice a replaced one: what is
+        written goes to the open file, never through the path)."""
+        try:
+            info = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return False
+        return (info.st_dev, info.st_ino) == self._identity
 
     def _open(self) -> int:
         trusted = self._trusted

@@ -61,7 +61,8 @@ class _Connection:
 
     async def session(self, timeout: float) -> ClientSession:
         try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
+            if not self._ready.is_set():  # wait_for costs a task: only while the server starts
+                await asyncio.wait_for(self._ready.wait(), timeout)
         except TimeoutError:
             await self.close()
             raise ToolCallError(
@@ -73,42 +74,58 @@ class _Connection:
         return self._session
 
     async def call(self, tool: str, args: dict[str, Any], timeout: float | None) -> CallToolResult:
-        """Call a tool, failing fast if the server goes away during the call."""
+        """Call a tool, failing fast if the server goes away during the call.
+
+        The request runs in the caller's task (no task of its own: a tool call is the hot path),
+        which the connection's end cancels; `uncancel()` tells that apart from the caller's own
+        cancellation.
+        """
         from mcp.shared.exceptions import MCPError
         from mcp.types import CONNECTION_CLOSED
 
         session = self._session
         assert session is not None
-        call = asyncio.ensure_future(session.call_tool(tool, args))
+        caller = asyncio.current_task()
+        assert caller is not None
+        ended = False
+
+        def on_end(_: object) -> None:
+            nonlocal ended
+            ended = True
+            caller.cancel()
+
+        self._task.add_done_callback(on_end)
+        deadline = asyncio.timeout(timeout)
         try:
-            done, _ = await asyncio.wait(
-                {call, self._task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-        except BaseException:  # the caller gave up: so does the request to the server
-            call.cancel()
-            await asyncio.gather(call, return_exceptions=True)
-            raise
-        if call in done:
             try:
-                return call.result()
-            except MCPError as e:
-                if e.code != CONNECTION_CLOSED:
-                    raise
-            await self.close()  # the transport is gone (e.g. the server process exited): start afresh
+                async with deadline:
+                    return await session.call_tool(tool, args)
+            finally:
+                self._task.remove_done_callback(on_end)
+        except asyncio.CancelledError:
+            if not ended or caller.uncancel() > 0:
+                raise  # the caller gave up: so does the request to the server
+        except MCPError as e:
+            if e.code != CONNECTION_CLOSED:
+                raise
+            if not ended:  # (once ended, the cancel on its way would end the close too)
+                await self.close()  # the transport is gone (the server exited): start afresh
             raise ToolCallError(
                 f"MCP server {self.name!r} closed the connection during the call to {tool!r}."
                 " It will be restarted on the next call."
-            )
-        call.cancel()
-        with contextlib.suppress(BaseException):
-            await call
-        if self._task in done:
-            raise ToolCallError(
-                f"MCP server {self.name!r} closed the connection during the call to {tool!r}"
-                f" ({describe_error(self._error) or 'it exited'}). It will be restarted on the next call."
-            )
-        await self.close()
-        raise ToolCallError(f"Tool {tool!r} of MCP server {self.name!r} did not answer within {timeout:g} s.")
+            ) from None
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            if not ended:
+                await self.close()
+                raise ToolCallError(
+                    f"Tool {tool!r} of MCP server {self.name!r} did not answer within {timeout:g} s."
+                ) from None
+        raise ToolCallError(
+            f"MCP server {self.name!r} closed the connection during the call to {tool!r}"
+            f" ({describe_error(self._error) or 'it exited'}). It will be restarted on the next call."
+        )
 
     async def close(self) -> None:
         self._stop.set()

@@ -27,17 +27,27 @@ _ALL_WORKSPACES = "all-workspaces.json"
 
 def state_dir() -> Path:
     """Where ipybox keeps per-user state, outside any workspace a kernel may write to."""
+    return Path(_state_path())
+
+
+def _state_path() -> str:
     if custom := os.environ.get("IPYBOX_STATE_DIR"):
-        return Path(custom)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "ipybox"
+        return custom
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "ipybox")
 
 
 def registry_file(workspace: Path | None) -> Path:
     """The file holding the registrations of `workspace` (None: of every workspace)."""
+    return Path(_registry_file(_state_path(), None if workspace is None else str(workspace), os.getcwd()))
+
+
+@functools.lru_cache(maxsize=64)
+def _registry_file(state: str, workspace: str | None, cwd: str) -> str:
+    """`registry_file` as a string (cached: every tool call checks the registry)."""
     if workspace is None:
-        return state_dir() / _ALL_WORKSPACES
-    return state_dir() / "workspaces" / f"{_workspace_key(str(workspace), os.getcwd())}.json"
+        return os.path.join(state, _ALL_WORKSPACES)
+    return os.path.join(state, "workspaces", f"{_workspace_key(workspace, cwd)}.json")
 
 
 @functools.lru_cache(maxsize=64)
@@ -58,11 +68,16 @@ def _canonical(params: Mapping[str, Any]) -> str:
 
 def _load(path: Path) -> dict[str, list[str]]:
     """The servers registered in one file (a fresh copy); re-read only when the file has changed."""
+    return {k: list(v) for k, v in _entries(str(path)).items()}
+
+
+def _entries(path: str) -> dict[str, list[str]]:
+    """The servers registered in one file, shared with the cache: read, never change."""
     try:
-        stat = path.stat()
+        stat = os.stat(path)
     except FileNotFoundError:
         return {}
-    return {k: list(v) for k, v in _parse(str(path), stat.st_mtime_ns, stat.st_size).items()}
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=16)
@@ -101,7 +116,8 @@ def is_registered(server_name: str, params: Mapping[str, Any], workspace: Path |
     for every workspace. Without `workspace`: in any workspace at all (for tests and tools)."""
     canonical = _canonical(params)
     if workspace is not None:
-        files = [registry_file(workspace), registry_file(None)]
+        state, cwd = _state_path(), os.getcwd()
+        files = [_registry_file(state, str(workspace), cwd), _registry_file(state, None, cwd)]
     else:
-        files = [registry_file(None), *sorted((state_dir() / "workspaces").glob("*.json"))]
-    return any(canonical in _load(path).get(server_name, []) for path in files)
+        files = [str(registry_file(None)), *map(str, sorted((state_dir() / "workspaces").glob("*.json")))]
+    return any(canonical in _entries(path).get(server_name, ()) for path in files)

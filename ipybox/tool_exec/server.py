@@ -48,7 +48,7 @@ class ToolServer(Service):
 
     `${VAR}` placeholders take values from `workspace/.env` and the environment (all of it by
     default, only the names in `allow_env` if given), or exactly from `placeholder_env`; they
-    are filled only where `ipybox.mcp_connect.resolve` allows.
+    are filled only where `ipybox.mcp_client.placeholders.resolve` allows.
 
     What it holds for its kernel is bounded: `max_connections` open connections and
     `max_buffered` bytes of requests at once (the `tool_connections` and `tool_buffer` of
@@ -87,7 +87,7 @@ class ToolServer(Service):
         self.approval = ApprovalChannel(approval_required, approval_timeout)
         self.approval_token = secrets.token_urlsafe(32)
         trusted = Path(workspace or Path.cwd())
-        self.audit = AuditLog(audit_log, trusted=trusted) if audit_log is not None else None
+        self.audit = AuditLog(audit_log, trusted=trusted, keep_open=True) if audit_log is not None else None
         self._servers = {name: dict(params) for name, params in (servers or {}).items()}
         self._pool = ConnectionPool(connect_timeout, call_timeout)
         #: How allowed calls are decided and made (the seam a resume replaces, see `ToolCalls`).
@@ -124,6 +124,8 @@ class ToolServer(Service):
         """Stop listening and close every MCP server this server started."""
         await self._listener.close()
         await self._pool.close()
+        if self.audit is not None:
+            self.audit.close()
         if self.path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
@@ -179,15 +181,17 @@ class ToolServer(Service):
             if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
                 raise ToolCallError(self._unregistered(server_name))
             # the environment is read only for parameters with placeholders (most have none)
-            env = self.placeholders.values() if placeholders.placeholder_names(server_params) else {}
-            secrets = placeholders.placeholder_values(server_params, env)
-            if self.audit is not None:
-                self.audit.add_secrets(secrets)
-            try:  # before anyone is asked: a server that may not start needs no approval
-                placeholders.resolve(server_params, env, self.placeholders.describe())
-            except PlaceholderError as e:
-                refusal = {"variables": e.variables, "rule": e.rule}
-                raise ToolCallError(f"MCP server {server_name!r} will not be started: {e}") from None
+            env: dict[str, str] = {}
+            if names := placeholders.placeholder_names(server_params):
+                env = self.placeholders.values()
+                secrets = {env[name] for name in names if name in env}
+                if self.audit is not None:
+                    self.audit.add_secrets(secrets)
+                try:  # before anyone is asked: a server that may not start needs no approval
+                    placeholders.resolve(server_params, env, self.placeholders.describe())
+                except PlaceholderError as e:
+                    refusal = {"variables": e.variables, "rule": e.rule}
+                    raise ToolCallError(f"MCP server {server_name!r} will not be started: {e}") from None
             decision = "auto" if self.approval.is_automatic() else "timed_out"
             try:
                 verdict = await self.calls.decide(server_name, tool_name, tool_args, kind="tool")

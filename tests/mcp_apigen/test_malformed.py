@@ -14,7 +14,7 @@ from servers.launch import malformed_params
 from servers.malformed_server import PAGES, REPAIRABLE, UNUSABLE
 
 from ipybox import CodeExecutor, GeneratedModules, generate_mcp_sources
-from ipybox.mcp_repair import UnusableToolError, repair_tool
+from ipybox.mcp_client.repair import UnusableToolError, repair_tool
 from ipybox.tool_exec import registry
 
 from .conftest import GeneratedApi, generated_api

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ipybox.mcp_connect import open_session
+from ipybox.mcp_client.session import open_session
 
 requires_npx = pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed")
 MARKER = "marker"
