@@ -47,9 +47,10 @@ async def test_rejected_tool_call_raises_approval_rejected(
 
 async def test_slow_approval_does_not_time_the_cell_out(executor: CodeExecutor) -> None:
     items = []
-    async for item in executor.stream(ECHO, timeout=5):  # the call itself (server start included) takes ~1 s
+    # the call itself (server start included) takes ~1 s quiet, several on a loaded machine
+    async for item in executor.stream(ECHO, timeout=12):
         if isinstance(item, ApprovalRequest):
-            await asyncio.sleep(6)  # longer than the cell's timeout
+            await asyncio.sleep(13)  # longer than the cell's timeout
             await item.accept()
         items.append(item)
     result = items[-1]
