@@ -4,9 +4,10 @@ nbformat is imported where a notebook is made or read, not with ipybox: it takes
 (its JSON schema validation), and a recorder that never saves never needs it.
 
 Every text a kernel supplied (outputs, tool names and arguments, results, errors) is data: outputs
-keep their Jupyter MIME types (front ends sanitize a notebook's HTML as untrusted), and what ipybox
-renders itself (tool calls, marks) is escaped HTML and markdown, so no markup or script of the
-kernel's reaches a reader.
+keep their data types (plain text, images, JSON) but not markup a renderer would interpret (HTML,
+markdown, SVG, LaTeX; script never), since `nbconvert --to html` copies such markup into the page
+as is; and what ipybox renders itself (tool calls, marks) is escaped HTML and markdown, so no
+markup or script of the kernel's reaches a reader.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ FORMAT = 1
 TOOL_CALL_KEY = "ipybox_tool_call"
 #: MIME types whose content is script, which a front end would run.
 _SCRIPTS = frozenset({"application/javascript", "text/javascript", "application/x-javascript"})
+#: MIME types whose content is markup a renderer interprets (an HTML export inlines it): HTML can
+#: carry script and event handlers, so can SVG; markdown can hold raw HTML; LaTeX goes to MathJax.
+#: Left out of the record; their source is kept as plain text where nothing else represents the output.
+_MARKUP = frozenset({"text/html", "text/markdown", "image/svg+xml", "text/latex"})
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>=:$])")
 _DECIDED = {
     "accepted": "accepted",
@@ -51,9 +56,12 @@ def stream(name: str, text: str) -> dict[str, Any]:
 
 
 def display_output(msg_type: str, content: dict[str, Any], execution_count: int) -> dict[str, Any] | None:
-    """The output of a display message; None if nothing of it is kept (script is never kept: a
-    notebook's reader would run it)."""
-    data = {str(k): _mime_value(v) for k, v in (content.get("data") or {}).items() if k not in _SCRIPTS}
+    """The output of a display message; None if nothing of it is kept (script is never kept, markup
+    only as its plain-text source where nothing else represents it: a reader would run it)."""
+    given = {str(k): _mime_value(v) for k, v in (content.get("data") or {}).items() if k not in _SCRIPTS}
+    data = {k: v for k, v in given.items() if k not in _MARKUP}
+    if not data and (markup := [v for k, v in given.items() if k in _MARKUP and isinstance(v, str)]):
+        data = {"text/plain": markup[0]}  # the source, shown as text
     if not data:
         return None
     metadata = content.get("metadata") or {}

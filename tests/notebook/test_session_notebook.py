@@ -147,3 +147,36 @@ def test_clear_output_clears_what_the_cell_showed_but_not_its_tool_calls() -> No
     cell.finish(0.1)
     assert [o["output_type"] for o in cell.outputs] == ["display_data", "stream"]
     assert cell.outputs[1]["text"] == "100%\n"
+
+
+MARKUP_CELL = """
+from IPython.display import HTML, SVG, Markdown, display
+class Table:
+    def _repr_html_(self):
+        return "<table><tr><td onmouseover=alert(3)>1</td></tr></table><script>alert(4)</script>"
+    def __repr__(self): return "Table(1)"
+display(HTML("<b onclick=alert(0)>html</b>"))
+display({"text/html": "<img src=x onerror=alert(1)>only-html"}, raw=True)
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(2)"><circle r="1"/></svg>'))
+display(Markdown("<script>alert(5)</script> *md*"))
+Table()
+"""
+
+
+async def test_markup_a_kernel_displays_is_kept_as_text_never_rendered(tmp_path: Path) -> None:
+    from ipybox import CodeExecutor
+
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
+        await executor.execute(MARKUP_CELL)
+        nb = executor.notebook()
+    nbformat.validate(nb)
+    outputs = nb.cells[-1].outputs
+    kinds = {k for o in outputs for k in o.get("data", {})}
+    assert kinds <= {"text/plain"}, kinds  # no HTML, SVG or markdown left for a renderer
+    texts = [o["data"]["text/plain"] for o in outputs if "data" in o]
+    assert "Table(1)" in texts  # a rich object keeps its plain form
+    assert any("only-html" in t for t in texts)  # markup alone: its source, as text
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    for active in ("<b onclick", "<img src=x", "<svg xmlns", "<td onmouseover", "<script>alert"):
+        assert active not in page, active
+    assert "&lt;img src=x onerror=alert(1)&gt;only-html" in page
