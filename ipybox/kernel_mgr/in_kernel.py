@@ -339,7 +339,8 @@ def _split_streams(limit: int) -> None:
     """Send printed text longer than one message allows in pieces (ipykernel sends what a flush
     collected as one message). A character takes at most 6 bytes in JSON (`\\u001b`)."""
     piece = max((limit - _ENVELOPE) // 6, 1024)
-    for stream in (sys.stdout, sys.stderr):
+    streams: tuple[Any, ...] = (sys.stdout, sys.stderr)
+    for stream in streams:
         if not hasattr(stream, "register_hook"):  # not ipykernel's
             continue
 
