@@ -15,6 +15,9 @@
   This guard only steers code written in good faith: any Python code that means to get around
   it can (it can undo the patches, reach the originals, or use ctypes).
 - `!pip` and `%pip` install into the kernel's own Python (see `_pip_for_this_python`).
+- Output is never dropped on its way out: ipybox's side reads at most one message ahead, so
+  when it falls behind, ipykernel's I/O thread waits (`XPUB_NODROP`) rather than dropping what
+  does not fit in its queue (the cell's output, or the status that ends it).
 - With `IPYBOX_MESSAGE_BYTES` set, what the kernel sends stays within the host's limit per
   message: long printed text goes in pieces, and an output too large for one message is replaced
   by a line saying so. The host enforces the limit regardless; this keeps ordinary code's output.
@@ -335,6 +338,17 @@ def _pip_for_this_python(shell: Any) -> None:
     shell.register_magic_function(pip, "line", "pip")
 
 
+def _keep_output_when_behind(shell: Any) -> None:
+    """Make ipykernel's iopub socket wait for ipybox rather than drop messages when its queue is full."""
+    thread = getattr(getattr(shell, "kernel", None), "iopub_thread", None)
+    socket = getattr(thread, "socket", None)
+    if thread is None or socket is None:
+        return
+    import zmq  # ipykernel's own dependency, imported already
+
+    thread.schedule(lambda: socket.setsockopt(zmq.XPUB_NODROP, 1))  # the thread that owns the socket
+
+
 def _split_streams(limit: int) -> None:
     """Send printed text longer than one message allows in pieces (ipykernel sends what a flush
     collected as one message). A character takes at most 6 bytes in JSON (`\\u001b`)."""
@@ -393,6 +407,7 @@ def install(shell: Any) -> None:
     _track_executions(shell)
     with contextlib.suppress(OSError):  # a kernel without a writable temp dir keeps IPython's pip
         _pip_for_this_python(shell)
+    _keep_output_when_behind(shell)
     if limit := os.environ.pop(MESSAGE_BYTES_VAR, ""):
         _split_streams(int(limit))
         _replace_oversize_outputs(shell, int(limit))

@@ -14,10 +14,12 @@ ended, as the cell's own end-of-output message may have gone with the connection
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections.abc import Awaitable
+from typing import cast
 
 import zmq
-import zmq.asyncio
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
 from ipybox.kernel_mgr.limits import format_size
@@ -46,40 +48,30 @@ def dropped_note(message_bytes: int | None) -> str:
 
 
 class DropWatch:
-    """Counts how often ZMQ dropped the connection of `socket` to `url`, and connects it again: each
-    time, for a message over the limit (or because the kernel died, which `Kernel` learns on its own)."""
+    """Counts how often ZMQ dropped the connection of `socket` to `url`, and connects it again at once:
+    each time, for a message over the limit (or because the kernel died, which `Kernel` learns on its
+    own). Started in a running event loop."""
 
     def __init__(self, socket: zmq.Socket[bytes], url: str) -> None:
         self._socket = socket
         self._url = url
-        monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self._monitor = monitor
-        self._events: zmq.Socket[bytes] = zmq.Socket.shadow(
-            monitor.underlying
-        )  # read without waiting, outside asyncio
-        self._poller = zmq.asyncio.Poller()
-        self._poller.register(socket, zmq.POLLIN)
-        self._poller.register(monitor, zmq.POLLIN)
+        self._monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._task = asyncio.ensure_future(self._watch())
         self.drops = 0
 
-    async def wait(self, timeout: float) -> bool:
-        """True once the socket has a message or lost its connection; False after `timeout` seconds."""
-        return bool(await self._poller.poll(timeout * 1000))
-
-    def poll(self) -> int:
-        """The drops so far (reads the events that came since the last call, and connects again after one)."""
-        drops = self.drops
-        with contextlib.suppress(zmq.ZMQError):  # zmq.Again: no more events
-            while True:
-                self._events.recv_multipart(zmq.NOBLOCK)
-                self.drops += 1
-        if self.drops > drops:  # ZMQ ends a connection that broke its rules and does not reconnect
+    async def _watch(self) -> None:
+        while True:
+            await cast("Awaitable[list[bytes]]", self._monitor.recv_multipart())  # an asyncio socket
+            self.drops += 1
+            # ZMQ ends a connection that broke its rules and does not connect again by itself;
+            # at once, so that little of what the kernel sends meanwhile is lost.
             with contextlib.suppress(zmq.ZMQError):
                 self._socket.disconnect(self._url)
-            self._socket.connect(self._url)
-        return self.drops
+            with contextlib.suppress(zmq.ZMQError):  # closed meanwhile
+                self._socket.connect(self._url)
 
     def close(self) -> None:
+        self._task.cancel()
         with contextlib.suppress(zmq.ZMQError):
             self._socket.disable_monitor()
         self._monitor.close(linger=0)

@@ -366,26 +366,24 @@ class Kernel:
         a second without messages.
         """
         assert self._drops is not None
-        drops = self._drops.poll()
+        drops = self._drops.drops
         probe: str | None = None
-        dropped = untold = quiet = False
+        dropped = untold = False
         while True:
             try:
-                msg = await client.get_iopub_msg(timeout=0)
+                msg = await client.get_iopub_msg(timeout=1)
             except Empty:
                 msg = None
-            if self._drops.poll() > drops:
+            if self._drops.drops > drops:
                 drops, probe, dropped, untold = self._drops.drops, None, True, True
             if untold and msg is not None:  # connected again: a message was dropped, not the kernel
                 collector.note(iopub.dropped_note(self._limits.message_bytes))
                 untold = False
             welcome = msg is not None and msg["msg_type"] == "iopub_welcome"  # connected again
-            if dropped and probe is None and (quiet or welcome):
+            if dropped and probe is None and (msg is None or welcome):  # connected again, or a quiet second
                 probe = client.kernel_info()
             if msg is None:
-                quiet = not await self._drops.wait(timeout=1)
                 continue
-            quiet = False
             parent = msg["parent_header"].get("msg_id")
             if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
                 if parent in (msg_id, probe):
