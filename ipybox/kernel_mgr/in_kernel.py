@@ -17,7 +17,8 @@
 - `!pip` and `%pip` install into the kernel's own Python (see `_pip_for_this_python`).
 - Output is never dropped on its way out: ipybox's side reads at most one message ahead, so
   when it falls behind, ipykernel's I/O thread waits (`XPUB_NODROP`) rather than dropping what
-  does not fit in its queue (the cell's output, or the status that ends it).
+  does not fit in its queue (the cell's output, or the status that ends it), and a flush waits
+  with it rather than giving up after 10 s with "IOStream.flush timed out" in the output.
 - With `IPYBOX_MESSAGE_BYTES` set, what the kernel sends stays within the host's limit per
   message: long printed text goes in pieces, and an output too large for one message is replaced
   by a line saying so. The host enforces the limit regardless; this keeps ordinary code's output.
@@ -48,6 +49,8 @@ WORKING_DIR_VAR = "IPYBOX_WORKING_DIR"
 APPROVE_SHELL_VAR = "IPYBOX_APPROVE_SHELL"
 REQUIRE_SHELL_ESCAPE_VAR = "IPYBOX_REQUIRE_SHELL_ESCAPE"
 MESSAGE_BYTES_VAR = "IPYBOX_MESSAGE_BYTES"
+#: How long a flush waits for ipykernel's I/O thread, which waits for ipybox to read (ipykernel: 10 s).
+_FLUSH_SECONDS = 3600.0
 #: Bytes of a message besides its text or data (header, signature, JSON around them).
 _ENVELOPE = 64 * 1024
 
@@ -347,6 +350,9 @@ def _keep_output_when_behind(shell: Any) -> None:
     import zmq  # ipykernel's own dependency, imported already
 
     thread.schedule(lambda: socket.setsockopt(zmq.XPUB_NODROP, 1))  # the thread that owns the socket
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "flush_timeout"):
+            stream.flush_timeout = _FLUSH_SECONDS
 
 
 def _split_streams(limit: int) -> None:
