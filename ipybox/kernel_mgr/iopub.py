@@ -48,13 +48,13 @@ def dropped_note(message_bytes: int | None) -> str:
 
 
 class DropWatch:
-    """Counts how often ZMQ dropped the connection of `socket` to `url`, and connects it again at once:
-    each time, for a message over the limit (or because the kernel died, which `Kernel` learns on its
-    own). Started in a running event loop."""
+    """Counts how often ZMQ dropped the connection of `socket` (connected to its kernel), and
+    connects it again at once: each time, for a message over the limit (or because the kernel
+    died, which `Kernel` learns on its own). Made in a running event loop."""
 
-    def __init__(self, socket: zmq.Socket[bytes], url: str) -> None:
+    def __init__(self, socket: zmq.Socket[bytes]) -> None:
         self._socket = socket
-        self._url = url
+        self._url = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._task = asyncio.ensure_future(self._watch())
         self.drops = 0

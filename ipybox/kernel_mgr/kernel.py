@@ -208,7 +208,7 @@ class Kernel:
             iopub.bound(client, self._limits.message_bytes)
             client.load_connection_file(str(conn_file))
             client.start_channels(hb=False)  # the process itself is watched; no heartbeat thread needed
-            self._drops = iopub.DropWatch(client.iopub_channel.socket, client._make_url("iopub"))
+            self._drops = iopub.DropWatch(client.iopub_channel.socket)
         except BaseException:
             await asyncio.shield(self.stop())
             raise
