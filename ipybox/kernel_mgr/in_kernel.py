@@ -349,7 +349,11 @@ def _keep_output_when_behind(shell: Any) -> None:
         return
     import zmq  # ipykernel's own dependency, imported already
 
-    thread.schedule(lambda: socket.setsockopt(zmq.XPUB_NODROP, 1))  # the thread that owns the socket
+    def no_drop() -> None:
+        with contextlib.suppress(zmq.ZMQError):  # not an XPUB (older ipykernel): nothing to set
+            socket.setsockopt(zmq.XPUB_NODROP, 1)
+
+    thread.schedule(no_drop)  # in the thread that owns the socket
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "flush_timeout"):
             stream.flush_timeout = _FLUSH_SECONDS
