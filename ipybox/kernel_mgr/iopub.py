@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Awaitable
 from typing import cast
 
@@ -64,7 +65,10 @@ class DropWatch:
             await cast("Awaitable[list[bytes]]", self._monitor.recv_multipart())  # an asyncio socket
             self.drops += 1
             # ZMQ ends a connection that broke its rules and does not connect again by itself;
-            # at once, so that little of what the kernel sends meanwhile is lost.
+            # at once, so that little of what the kernel sends meanwhile is lost. Not to a kernel
+            # that died: ending that connection while its last message is read aborts libzmq.
+            if not _listening(self._url):
+                continue
             with contextlib.suppress(zmq.ZMQError):
                 self._socket.disconnect(self._url)
             with contextlib.suppress(zmq.ZMQError):  # closed meanwhile
@@ -75,3 +79,15 @@ class DropWatch:
         with contextlib.suppress(zmq.ZMQError):
             self._socket.disable_monitor()
         self._monitor.close(linger=0)
+
+
+def _listening(url: str) -> bool:
+    """Whether the kernel still accepts connections at its ipc `url` (any other transport: assumed)."""
+    if not url.startswith("ipc://"):
+        return True
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(url.removeprefix("ipc://"))
+        except OSError:  # refused: the kernel's process is gone
+            return False
+    return True
