@@ -101,6 +101,7 @@ def _limits(args: argparse.Namespace) -> ResourceLimits:
         processes=args.process_limit,
         images=args.max_images,
         image_bytes=args.max_image_bytes,
+        message_bytes=args.max_message_bytes,
         tool_connections=args.max_tool_connections,
         tool_buffer=args.max_tool_buffer,
     )

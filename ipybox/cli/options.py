@@ -184,6 +184,15 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                 "metavar": "SIZE",
                 "help": "bytes of images a cell's result keeps, or 'none' (default: 128M)",
             },
+            "--max-message-bytes": {
+                "type": _size,
+                "default": 32 << 20,
+                "metavar": "SIZE",
+                "help": (
+                    "largest output message ipybox takes from a kernel at once, or 'none' (default: 32M); a "
+                    "larger one is dropped and the output says so"
+                ),
+            },
             "--max-tool-connections": {
                 "type": _count,
                 "default": 64,

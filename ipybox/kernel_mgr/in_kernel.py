@@ -15,6 +15,13 @@
   This guard only steers code written in good faith: any Python code that means to get around
   it can (it can undo the patches, reach the originals, or use ctypes).
 - `!pip` and `%pip` install into the kernel's own Python (see `_pip_for_this_python`).
+- Output is never dropped on its way out: ipybox's side reads at most one message ahead, so
+  when it falls behind, ipykernel's I/O thread waits (`XPUB_NODROP`) rather than dropping what
+  does not fit in its queue (the cell's output, or the status that ends it), and a flush waits
+  with it rather than giving up after 10 s with "IOStream.flush timed out" in the output.
+- With `IPYBOX_MESSAGE_BYTES` set, what the kernel sends stays within the host's limit per
+  message: long printed text goes in pieces, and an output too large for one message is replaced
+  by a line saying so. The host enforces the limit regardless; this keeps ordinary code's output.
 """
 
 from __future__ import annotations
@@ -41,6 +48,11 @@ _DRAIN_SECONDS = 2.0
 WORKING_DIR_VAR = "IPYBOX_WORKING_DIR"
 APPROVE_SHELL_VAR = "IPYBOX_APPROVE_SHELL"
 REQUIRE_SHELL_ESCAPE_VAR = "IPYBOX_REQUIRE_SHELL_ESCAPE"
+MESSAGE_BYTES_VAR = "IPYBOX_MESSAGE_BYTES"
+#: How long a flush waits for ipykernel's I/O thread, which waits for ipybox to read (ipykernel: 10 s).
+_FLUSH_SECONDS = 3600.0
+#: Bytes of a message besides its text or data (header, signature, JSON around them).
+_ENVELOPE = 64 * 1024
 
 
 def _no_exit(*args: object, **kwargs: object) -> None:
@@ -333,6 +345,70 @@ def _pip_for_this_python(shell: Any) -> None:
     shell.register_magic_function(pip, "line", "pip")
 
 
+def _keep_output_when_behind(shell: Any) -> None:
+    """Make ipykernel's iopub socket wait for ipybox rather than drop messages when its queue is full."""
+    thread = getattr(getattr(shell, "kernel", None), "iopub_thread", None)
+    socket = getattr(thread, "socket", None)
+    if thread is None or socket is None:
+        return
+    import zmq  # ipykernel's own dependency, imported already
+
+    def no_drop() -> None:
+        with contextlib.suppress(zmq.ZMQError):  # not an XPUB (older ipykernel): nothing to set
+            socket.setsockopt(zmq.XPUB_NODROP, 1)
+
+    thread.schedule(no_drop)  # in the thread that owns the socket
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "flush_timeout"):
+            stream.flush_timeout = _FLUSH_SECONDS
+
+
+def _split_streams(limit: int) -> None:
+    """Send printed text longer than one message allows in pieces (ipykernel sends what a flush
+    collected as one message). A character takes at most 6 bytes in JSON (`\\u001b`)."""
+    piece = max((limit - _ENVELOPE) // 6, 1024)
+    streams: tuple[Any, ...] = (sys.stdout, sys.stderr)
+    for stream in streams:
+        if not hasattr(stream, "register_hook"):  # not ipykernel's
+            continue
+
+        def split(msg: dict[str, Any], stream: Any = stream) -> dict[str, Any]:
+            text = msg["content"]["text"]
+            while len(text) > piece:
+                head, text = text[:piece], text[piece:]
+                content = {"name": stream.name, "text": head}
+                part = stream.session.msg("stream", content, parent=msg["parent_header"])
+                stream.session.send(stream.pub_thread, part, ident=stream.topic)
+            msg["content"]["text"] = text
+            return msg
+
+        # Hooks are per thread, and the stream sends from ipykernel's I/O thread.
+        stream.pub_thread.schedule(functools.partial(stream.register_hook, split))
+
+
+def _replace_oversize_outputs(shell: Any, limit: int) -> None:
+    """Replace a displayed output too large for one message by a line saying so (the host would
+    drop it whole, and the connection with it)."""
+    if not hasattr(shell.display_pub, "register_hook"):
+        return
+
+    def fit(msg: dict[str, Any]) -> dict[str, Any]:
+        content = msg["content"]
+        size = sum(len(value) for value in content.get("data", {}).values() if isinstance(value, str))
+        if size + _ENVELOPE <= limit:
+            return msg
+        kinds = ", ".join(content.get("data", {}))
+        note = (
+            f"[ipybox] An output of {size / 2**20:.1f} MiB ({kinds}) was not sent: larger than the "
+            f"{limit / 2**20:.1f} MiB ipybox takes in one message (ResourceLimits.message_bytes, ipybox "
+            "--max-message-bytes). Save it to a file, display it smaller, or raise the limit."
+        )
+        content["data"], content["metadata"] = {"text/plain": note}, {}
+        return msg
+
+    shell.display_pub.register_hook(fit)
+
+
 def install(shell: Any) -> None:
     """Set all of the above up in the kernel's interactive shell."""
     shell.user_ns["exit"] = shell.user_ns["quit"] = _no_exit
@@ -345,6 +421,10 @@ def install(shell: Any) -> None:
     _track_executions(shell)
     with contextlib.suppress(OSError):  # a kernel without a writable temp dir keeps IPython's pip
         _pip_for_this_python(shell)
+    _keep_output_when_behind(shell)
+    if limit := os.environ.pop(MESSAGE_BYTES_VAR, ""):
+        _split_streams(int(limit))
+        _replace_oversize_outputs(shell, int(limit))
     if directory := os.environ.pop(WORKING_DIR_VAR, ""):
         shell.events.register("post_run_cell", _restore_working_dir(directory))
     if os.environ.pop(APPROVE_SHELL_VAR, "") == "1":

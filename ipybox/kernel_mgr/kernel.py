@@ -20,9 +20,10 @@ from typing import Any
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
 from ipybox.errors import IpyboxError
-from ipybox.kernel_mgr import reaper
+from ipybox.kernel_mgr import iopub, reaper
 from ipybox.kernel_mgr.cgroup import KernelCgroup, fallback
 from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
+from ipybox.kernel_mgr.in_kernel import MESSAGE_BYTES_VAR
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
 from ipybox.upstream import adopt_kernel_info
@@ -146,14 +147,17 @@ class Kernel:
         self._own_dir = own_dir  # `runtime_dir` is this kernel's alone: removed whole by stop()
         self._cwd = cwd
         self._env = dict(env)
-        self._kernel_env = dict(kernel_env or {})
         self._prefix = list(command_prefix)
         self._limits = limits or ResourceLimits()
+        self._kernel_env = dict(kernel_env or {})
+        if self._limits.message_bytes is not None:  # the kernel's side keeps ordinary output within it
+            self._kernel_env[MESSAGE_BYTES_VAR] = str(self._limits.message_bytes)
         self._cgroup: KernelCgroup | None = None
         self._oom_kills = 0  # out-of-memory kills in the kernel's cgroup before the current request
         self._name = f"k{secrets.token_hex(4)}"
         self._process: asyncio.subprocess.Process | None = None
         self._client: AsyncKernelClient | None = None
+        self._drops: iopub.DropWatch | None = None
         self._exited: asyncio.Task[int] | None = None
         self._stderr_task: asyncio.Task[None] | None = None
 
@@ -201,8 +205,10 @@ class Kernel:
         self._exited = asyncio.create_task(_exit_status(self._process))
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
             client = AsyncKernelClient()
+            iopub.bound(client, self._limits.message_bytes)
             client.load_connection_file(str(conn_file))
             client.start_channels(hb=False)  # the process itself is watched; no heartbeat thread needed
+            self._drops = iopub.DropWatch(client.iopub_channel.socket)
         except BaseException:
             await asyncio.shield(self.stop())
             raise
@@ -353,13 +359,39 @@ class Kernel:
         return f"[ipybox] A process of this kernel was killed (SIGKILL): {self._cgroup.memory_note()}."
 
     async def _drain_iopub(self, client: AsyncKernelClient, msg_id: str, collector: OutputCollector) -> None:
+        """Pass the request's output to `collector` until the kernel says it is idle.
+
+        Where a message over `message_bytes` was dropped (with it, the connection and maybe the
+        idle status), the cell is told, and a probe (`kernel_info`, which the kernel answers only
+        after the cell) ends the wait instead: the kernel's status for it comes after all of the
+        cell's output. It is sent once iopub is connected again (the kernel's welcome), or after
+        a second without messages.
+        """
+        assert self._drops is not None
+        drops = self._drops.drops
+        probe: str | None = None
+        dropped = untold = False
         while True:
-            msg = await client.get_iopub_msg()
-            if msg["parent_header"].get("msg_id") != msg_id:
+            try:
+                msg = await client.get_iopub_msg(timeout=1)
+            except Empty:
+                msg = None
+            if self._drops.drops > drops:
+                drops, probe, dropped, untold = self._drops.drops, None, True, True
+            if untold and msg is not None:  # connected again: a message was dropped, not the kernel
+                collector.note(iopub.dropped_note(self._limits.message_bytes))
+                untold = False
+            welcome = msg is not None and msg["msg_type"] == "iopub_welcome"  # connected again
+            if dropped and probe is None and (msg is None or welcome):  # connected again, or a quiet second
+                probe = client.kernel_info()
+            if msg is None:
                 continue
+            parent = msg["parent_header"].get("msg_id")
             if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
-                return
-            collector.add(msg)
+                if parent in (msg_id, probe):
+                    return
+            elif parent == msg_id:
+                collector.add(msg)
 
     @staticmethod
     async def _collect_last_output(
@@ -408,6 +440,9 @@ class Kernel:
 
     async def stop(self, grace: float = 2) -> None:
         """Kill the kernel's whole process group (and cgroup, if it has one) and remove its files."""
+        if self._drops is not None:
+            self._drops.close()
+            self._drops = None
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.stop_channels()

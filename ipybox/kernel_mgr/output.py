@@ -64,6 +64,10 @@ class OutputCollector:
         self.error: str | None = None
         self._emit = on_event
 
+    def note(self, text: str) -> None:
+        """Add ipybox's own words to the output, where they belong in it."""
+        self._emit(KernelEvent("stream", text=text))
+
     def add(self, msg: dict[str, Any]) -> None:
         msg_type = msg["msg_type"]
         content = msg["content"]

@@ -5,9 +5,11 @@ starts a call, and a connection that asks for "approve" is handed over whole. A 
 up while its call runs (cell interrupted, kernel dead) gets the call cancelled.
 
 What it holds for the kernel is bounded: at most `max_connections` connections at once (more are
-answered with an error line and closed), and at most `max_buffered` bytes of requests, counted
-while a request is read and while its call runs; a request that does not fit is read to its end
-without being kept and answered with an error. Both errors name the limit and how to raise it.
+answered with an error line and closed), and at most `max_buffered` bytes in all: each open
+connection's read buffers, and its requests as memory holds them, while one is read (with what
+Python allocates ahead as it grows), parsed (its text and what it parses to) and while its call
+runs; a request that does not fit is read to its end without being kept and answered with an
+error, a connection that does not fit is refused. The errors name the limit and how to raise it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 #: Bytes a connection's reader buffers before a request line is taken from it in pieces.
 _READ_LIMIT = 64 * 1024
+#: What an open connection holds at most besides its request: asyncio's reader buffers up to twice
+#: its limit before it stops reading, plus one read from the socket (256 KiB).
+_CONNECTION_BYTES = 2 * _READ_LIMIT + 256 * 1024
 
 #: A request's call to run (its result is the reply), or the reply that refuses it.
 Dispatch = Callable[[dict[str, Any]], "Coroutine[Any, Any, Any] | dict[str, Any]"]
@@ -105,11 +110,22 @@ class Listener:
         task = asyncio.current_task()
         assert task is not None
         if self._max_connections is not None and len(self._counted) >= self._max_connections:
-            await self._refuse_connection(writer)
+            await self._refuse_connection(writer, self._too_many())
+            return
+        if not self._reserve(_CONNECTION_BYTES):
+            await self._refuse_connection(writer, self._too_large(_CONNECTION_BYTES, "connection"))
             return
         self._connections.add(task)
         self._counted.add(task)
         call: asyncio.Task[Any] | None = None
+        reserved, held = _CONNECTION_BYTES, 0
+
+        def uncharge() -> None:  # an approval client's connection: the application's, not the kernel's
+            nonlocal reserved, held
+            self._counted.discard(task)
+            self._release(reserved + held)
+            reserved = held = 0
+
         try:
             # A client sends its next request only after the reply, so while a call runs this
             # read sees nothing but a hang-up: one read per request watches both.
@@ -117,14 +133,15 @@ class Listener:
                 try:
                     line, held = await self._read_request(reader)
                 except _TooLarge as e:
-                    self._warn("buffer", "refused a tool server request of %d bytes (max_buffered)", e.size)
                     await send(writer, {"ok": False, "error": self._too_large(e.size)})
                     continue
                 if not line:
+                    self._release(held)
                     break
                 if call is not None and not call.done():  # a client that did not wait: in turn
                     await asyncio.wait({call})
-                started = await self._handle(line, reader, writer, check_token, task)
+                started = await self._handle(line, reader, writer, check_token, uncharge)
+                line = bytearray()  # a call holds what its request parsed to, counted as `held`
                 if started is None:
                     self._release(held)
                     continue
@@ -146,6 +163,7 @@ class Listener:
                 call.cancel()
                 with contextlib.suppress(BaseException):
                     await call
+            self._release(reserved)
             self._connections.discard(task)
             self._counted.discard(task)
             writer.close()
@@ -156,18 +174,24 @@ class Listener:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         check_token: bool,
-        task: asyncio.Task[None],
+        uncharge: Callable[[], None],
     ) -> asyncio.Task[Any] | bool | None:
         """Act on one request: the call it started, None when answered at once, or False when the
         connection is done (handed over to an approval client, or refused)."""
+        parsing = 2 * len(line)  # json.loads decodes the line to a str, then parses that
+        if not self._reserve(parsing):
+            await send(writer, {"ok": False, "error": self._too_large(len(line))})
+            return None
         try:
             request = json.loads(line)
             op = request.get("op")
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             await send(writer, {"ok": False, "error": "malformed request"})
             return None
+        finally:
+            self._release(parsing)
         if op == "approve":
-            self._counted.discard(task)  # the application's, not the kernel's
+            uncharge()
             await self._approvals(request, reader, writer)
             return False
         if check_token and op in _GUARDED and not self._token_ok(request):
@@ -183,10 +207,12 @@ class Listener:
     async def _read_request(self, reader: asyncio.StreamReader) -> tuple[bytearray, int]:
         """The next request line (empty at the end) and the bytes of the budget it holds.
 
-        Taken in pieces of at most `_READ_LIMIT` bytes, each counted before the next is read; a
-        line that does not fit is read to its end, dropped, and raised as `_TooLarge`.
+        Taken in pieces of at most `_READ_LIMIT` bytes, each counted (as the memory the line will
+        take with it) before the next is read; a line that does not fit is read to its end,
+        dropped, and raised as `_TooLarge`.
         """
         line = bytearray()
+        held = 0
         try:
             while True:
                 try:
@@ -195,15 +221,23 @@ class Listener:
                     piece = await reader.readexactly(e.consumed)
                 except asyncio.IncompleteReadError as e:  # the end: a last line without a newline
                     piece = e.partial
-                if self._max_buffered is not None and self.buffered + len(piece) > self._max_buffered:
+                more = _allocated(len(line) + len(piece)) - held
+                if not self._reserve(more):
                     raise _TooLarge(len(line) + len(piece) + await _skip_line(reader, piece))
-                self.buffered += len(piece)
+                held += more
                 line += piece
                 if not piece or piece.endswith(b"\n"):
-                    return line, len(line)
+                    return line, held
         except BaseException:
-            self._release(len(line))
+            self._release(held)
             raise
+
+    def _reserve(self, size: int) -> bool:
+        """Count `size` more bytes as held, if they fit in `max_buffered`."""
+        if self._max_buffered is not None and self.buffered + size > self._max_buffered:
+            return False
+        self.buffered += size
+        return True
 
     def _release(self, held: int) -> None:
         self.buffered -= held
@@ -211,27 +245,31 @@ class Listener:
     def _released(self, held: int, _: object) -> None:
         self._release(held)
 
-    async def _refuse_connection(self, writer: asyncio.StreamWriter) -> None:
+    async def _refuse_connection(self, writer: asyncio.StreamWriter, error: str) -> None:
+        with contextlib.suppress(ConnectionError):
+            await send(writer, {"ok": False, "error": error})
+        writer.close()
+
+    def _too_many(self) -> str:
         self._warn(
             "connections", "refused a tool server connection (max_connections %d)", self._max_connections
         )
-        error = (
+        return (
             f"The ipybox tool server refused this connection: the kernel already holds "
             f"{self._max_connections} connections to it, its limit (ResourceLimits.tool_connections; "
             "ipybox --max-tool-connections). Call tools from fewer threads at once, close connections "
             "to the tool server you opened yourself, or raise the limit."
         )
-        with contextlib.suppress(ConnectionError):
-            await send(writer, {"ok": False, "error": error})
-        writer.close()
 
-    def _too_large(self, size: int) -> str:
+    def _too_large(self, size: int, what: str = "request") -> str:
         assert self._max_buffered is not None
+        self._warn("buffer", "refused a tool server %s of %d bytes (max_buffered)", what, size)
         return (
-            f"The ipybox tool server refused this request of {size} bytes: the requests it holds for "
-            f"this kernel at once may take {format_size(self._max_buffered)} (ResourceLimits.tool_buffer; "
-            f"ipybox --max-tool-buffer), {format_size(self.buffered)} of which other requests hold now. "
-            "Pass large data to tools as files in the workspace rather than as arguments, make fewer "
+            f"The ipybox tool server refused this {what} of {size} bytes: what it holds for this "
+            f"kernel at once (connections and requests, a request counted about three times while "
+            f"it is parsed) may take {format_size(self._max_buffered)} (ResourceLimits.tool_buffer; "
+            f"ipybox --max-tool-buffer), {format_size(self.buffered)} of which is held now. Pass "
+            "large data to tools as files in the workspace rather than as arguments, make fewer "
             "calls at once, or raise the limit."
         )
 
@@ -258,6 +296,11 @@ def _reply(writer: asyncio.StreamWriter, call: asyncio.Future[Any]) -> None:
         logger.error("tool server call failed", exc_info=error)
         message = {"ok": False, "error": f"tool server error: {type(error).__name__}: {error}"}
     writer.write(json.dumps(message).encode() + b"\n")
+
+
+def _allocated(size: int) -> int:
+    """Bytes a bytearray grown to `size` may take: CPython allocates an eighth ahead as it grows."""
+    return size + (size >> 3) + 64
 
 
 async def _skip_line(reader: asyncio.StreamReader, piece: bytes) -> int:

@@ -3,6 +3,9 @@
 Images are kept up to `ResourceLimits.images` and `image_bytes`: past them each one is dropped as it
 arrives, and the cell's output says how many, which limit and how to raise it; its text and the
 images within the limits stay. Live chunks a slow reader has not taken stay within `output`.
+No single message over `message_bytes` is taken in at all: the kernel's side sends long text in
+pieces and replaces a display too large for one message by a line; a message written past that
+(as a hostile kernel can) is dropped by ZMQ, and the cell says so and still ends.
 """
 
 from __future__ import annotations
@@ -74,6 +77,48 @@ async def test_image_floods_are_cut_at_the_limits(tmp_path: Path) -> None:
         # the limits are per execution
         result = await executor.execute("show(1000, 50)")
         assert len(result.images) == 50 and result.text is None
+
+
+#: Kernel code: `raw(kind, size, frames=0)` writes a message straight to the iopub socket, past the
+#: kernel's own hooks: `size` characters of display data or stream text, plus `frames` buffers.
+RAW = """
+def raw(kind, size, frames=0):
+    pub = get_ipython().display_pub
+    content = (
+        {"name": "stdout", "text": "x" * size} if kind == "stream"
+        else {"data": {"image/png": "A" * size}, "metadata": {}}
+    )
+    msg = pub.session.msg(kind, content, parent=pub.parent_header)
+    pub.session.send(pub.pub_socket, msg, ident=pub.topic, buffers=[b"b" * size] * frames)
+"""
+DROPPED = "larger than 1.0 MiB, the most ipybox takes in one message (ResourceLimits.message_bytes"
+
+
+@pytest.mark.timeout(120)
+async def test_messages_over_the_size_limit_are_dropped_and_said(tmp_path: Path) -> None:
+    limits = ResourceLimits(message_bytes=1 * MIB)
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False, limits=limits) as executor:
+        await executor.execute(SHOW + RAW)
+
+        # ordinary code: long text arrives whole (in pieces), an image too large is replaced by a line
+        text = (await executor.execute("print('x' * 3_000_000 + 'end')")).text
+        assert text is not None and len(text) == 3_000_003 and text.endswith("end")
+        result = await executor.execute("show(2 * 2**20, 1)\nshow(1000, 1)\nprint('after')")
+        assert len(result.images) == 1 and result.text is not None
+        assert result.text.startswith("[ipybox] An output of 2.7 MiB (image/png, text/plain) was not sent")
+        assert "(ResourceLimits.message_bytes, ipybox --max-message-bytes)" in result.text
+
+        # written past the kernel's hooks: dropped, said, and the cell ends; also as its last output
+        for code in (
+            "raw('display_data', 2 * 2**20)\nprint('after')",
+            "raw('stream', 2 * 2**20)\nprint('after')",
+            "print('after')\nraw('display_data', 2 * 2**20)",
+            "raw('display_data', 2 * 2**20)\nraw('stream', 3 * 2**20)\nprint('after')",
+            "raw('display_data', 1000, frames=1)\nraw('display_data', 2 * 2**20, frames=1)\nprint('after')",
+        ):
+            text = (await executor.execute(code)).text
+            assert text is not None and DROPPED in text and "after" in text, (code, text)
+        assert (await executor.execute("print('next')")).text == "next"
 
 
 def test_live_budget_drops_what_a_reader_has_not_room_for_and_says_so() -> None:

@@ -84,6 +84,7 @@ def test_host_limits_have_the_same_defaults_on_the_command_line() -> None:
     args = importlib.import_module("ipybox.cli.main").parser().parse_args([])
     limits, options = ResourceLimits(), ServerOptions(Path("."))
     assert (args.max_images, args.max_image_bytes) == (limits.images, limits.image_bytes)
+    assert args.max_message_bytes == limits.message_bytes
     assert (args.max_tool_connections, args.max_tool_buffer) == (limits.tool_connections, limits.tool_buffer)
     assert (args.max_spilled_outputs, args.max_spilled_bytes) == (
         options.spilled_outputs,

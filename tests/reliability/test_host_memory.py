@@ -1,10 +1,13 @@
 """Floods from one kernel bound what the host process holds for it, and leave another kernel alone.
 
-One kernel displays 40 images of 4 MiB (160 MiB) and opens 16 connections to its tool server,
-each sending 24 MiB without a newline, under small limits; another kernel of the same process
-runs cells and tool calls meanwhile. What the host kept is asserted (the images within
-`image_bytes`, the request bytes within `tool_buffer`); its peak RSS per flood is reported
-(Linux's VmHWM, reset before each flood), as are the kernel's own figures.
+One kernel displays 40 images of 4 MiB (160 MiB), writes 10 messages of 12 MiB straight to its
+iopub socket (past ipybox's code in the kernel, as a hostile kernel can), and opens 16
+connections to its tool server, each sending 24 MiB without a newline, under small limits;
+another kernel of the same process runs cells and tool calls meanwhile. What the host kept is
+asserted (the images within `image_bytes`, the request bytes within `tool_buffer`), and so is its
+peak RSS per flood (Linux's VmHWM, reset before each flood), measured, not timed: it grows by at
+most what the limits allow (`image_bytes` plus five `message_bytes` in flight; `tool_buffer`)
+plus `MARGIN` for the interpreter and the other kernel's cells meanwhile.
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ from ipybox import CodeExecutor, ResourceLimits
 
 from .conftest import MIB, Figures, Workspace, echo_code
 
-LIMITS = ResourceLimits(image_bytes=32 * MIB, tool_connections=8, tool_buffer=16 * MIB)
+LIMITS = ResourceLimits(image_bytes=32 * MIB, message_bytes=8 * MIB, tool_connections=8, tool_buffer=16 * MIB)
+#: What the host may allocate besides what the limits count: the interpreter's and allocator's own
+#: churn, the other kernel's cells, a flood's error lines.
+MARGIN = 16 * MIB
+#: `image_bytes` of images kept, and five messages' worth in flight (one ZMQ reads, one it queues,
+#: one ipybox decodes: its bytes, their text and the value parsed from it).
+IN_FLIGHT = 5 * 8 * MIB
+IMAGES_BOUND = 32 * MIB + IN_FLIGHT
 IMAGES = """
 import base64, os
 from IPython.display import display
@@ -28,6 +38,14 @@ png = base64.b64encode(b"\\x89PNG\\r\\n\\x1a\\n" + os.urandom(4 * 2**20 - 8)).de
 for _ in range(40):
     display({"image/png": png}, raw=True)
 print("shown")
+"""
+RAW = """
+pub = get_ipython().display_pub
+for _ in range(10):
+    content = {"data": {"image/png": "A" * (12 * 2**20)}, "metadata": {}}
+    msg = pub.session.msg("display_data", content, parent=pub.parent_header)
+    pub.session.send(pub.pub_socket, msg, ident=pub.topic)
+print("sent")
 """
 SOCKETS = """
 import os, socket, threading
@@ -103,8 +121,20 @@ async def test_floods_from_one_kernel_keep_host_memory_bounded(
             result.text is not None
             and "32 of the 40 images this execution displayed were dropped" in result.text
         )
-        values |= {"images_kept_mib": kept // MIB, "images_peak_growth_mib": (_kib("VmHWM:") - base) // MIB}
+        growth = _kib("VmHWM:") - base
+        values |= {"images_kept_mib": kept // MIB, "images_peak_growth_mib": growth // MIB}
+        assert not measured or growth <= IMAGES_BOUND + MARGIN, values
         del result
+
+        _reset_peak()
+        base = _kib("VmRSS:")
+        raw = asyncio.ensure_future(flooder.execute(RAW, timeout=240))
+        values["other_runs_raw"] = await _meanwhile(other, raw)
+        text = (await raw).text or ""
+        assert "sent" in text and "larger than 8.0 MiB, the most ipybox takes in one message" in text
+        growth = _kib("VmHWM:") - base
+        values["raw_peak_growth_mib"] = growth // MIB
+        assert not measured or growth <= IN_FLIGHT + MARGIN, values
 
         _reset_peak()
         base = _kib("VmRSS:")
@@ -114,8 +144,9 @@ async def test_floods_from_one_kernel_keep_host_memory_bounded(
         assert (await sockets).text == "sent"
         buffered = await sampled
         assert buffered <= LIMITS.tool_buffer  # type: ignore[operator]
-        growth = (_kib("VmHWM:") - base) // MIB
-        values |= {"socket_buffered_peak_mib": buffered // MIB, "socket_peak_growth_mib": growth}
+        growth = _kib("VmHWM:") - base
+        values |= {"socket_buffered_peak_mib": buffered // MIB, "socket_peak_growth_mib": growth // MIB}
+        assert not measured or growth <= LIMITS.tool_buffer + MARGIN, values  # type: ignore[operator]
         assert (await flooder.execute(echo_code("after"))).text == "after"  # its tool calls work again
     if not measured:
         values = {k: v for k, v in values.items() if "growth" not in k}
