@@ -144,7 +144,7 @@ class Cell:
         output = OutputBuffer(self.limits.output, self.limits.images, self.limits.image_bytes)
         deadline = Deadline(self.timeout)
         pending: list[ApprovalRequest] = []
-        record = _Recording(kernels.record, self.code)
+        record = _Recording(kernels.record, self.code, self.limits)
 
         live = LiveBudget(self.limits.output)  # chunks a slow reader has not taken yet
 
@@ -217,9 +217,9 @@ class _Recording:
     """One cell's entry in the session record: its outputs, its settled tool calls, and its end
     (with a restart mark after it when its kernel died)."""
 
-    def __init__(self, session: SessionRecord, code: str) -> None:
+    def __init__(self, session: SessionRecord, code: str, limits: ResourceLimits) -> None:
         self.session = session
-        self.cell = session.begin_cell(code)
+        self.cell = session.begin_cell(code, limits)
         self._started = time.monotonic()
         self._open = True
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ipybox import _safe_fs
 from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.kernel_mgr.limits import format_size as _format_size
 from ipybox.kernel_mgr.output import DROPPED_MARK, KernelEvent
 from ipybox.notebook import _format
 from ipybox.tool_exec.audit import redact_value
@@ -104,7 +105,9 @@ class CellRecord:
     ends with `finish()`. `outputs` are nbformat v4 output dicts, in the order they came.
     """
 
-    def __init__(self, code: str, execution_count: int, limits: ResourceLimits) -> None:
+    def __init__(
+        self, code: str, execution_count: int, limits: ResourceLimits, images: _SessionImages | None = None
+    ) -> None:
         self.code = code
         self.execution_count = execution_count
         self.started = _now()
@@ -119,6 +122,7 @@ class CellRecord:
         self._max_images, self._max_image_bytes = limits.images, limits.image_bytes
         self._images = self._image_bytes = 0
         self._images_dropped = 0
+        self._session_images = images
 
     @classmethod
     def _of(cls, node: nbformat.NotebookNode, execution_count: int, limits: ResourceLimits) -> CellRecord:
@@ -231,6 +235,34 @@ class CellRecord:
             self._image_bytes += size
         if (output := _format.display_output(msg_type, content, self.execution_count)) is not None:
             self.outputs.append(output)
+            if size and self._session_images is not None:
+                self._session_images.keep(output, size, self._max_image_bytes)
+
+
+#: What an image the session's record let go for newer ones shows instead.
+IMAGE_MADE_WAY = (
+    "[ipybox] image not kept in the session's notebook: it keeps the newest images up to {limit} "
+    "(ResourceLimits.image_bytes), and newer ones took its place"
+)
+
+
+class _SessionImages:
+    """The images a session's record holds, across its cells: at most a cell's `image_bytes`, so
+    a long session holds no more of the host's memory than one cell may; the oldest make way for
+    new ones, and their outputs say so."""
+
+    def __init__(self) -> None:
+        self._kept: deque[tuple[dict[str, Any], int]] = deque()
+        self._bytes = 0
+
+    def keep(self, output: dict[str, Any], size: int, limit: int | None) -> None:
+        self._kept.append((output, size))
+        self._bytes += size
+        while limit is not None and self._bytes > limit and len(self._kept) > 1:
+            old, old_size = self._kept.popleft()
+            self._bytes -= old_size
+            old["data"] = {"text/plain": IMAGE_MADE_WAY.format(limit=_format_size(limit))}
+            old["metadata"] = {}
 
 
 class _TextBudget:
@@ -290,14 +322,16 @@ class SessionRecord:
         self.entries: list[CellRecord | SessionMark] = []
         self.created = _now()
         self._checked = 0  # the entries validated already, as they are for good
+        self._images = _SessionImages()
 
     @property
     def cells(self) -> list[CellRecord]:
         return [e for e in self.entries if isinstance(e, CellRecord)]
 
-    def begin_cell(self, code: str) -> CellRecord:
-        """A new cell's record, appended to the session."""
-        cell = CellRecord(code, len(self.cells) + 1, self.limits)
+    def begin_cell(self, code: str, limits: ResourceLimits | None = None) -> CellRecord:
+        """A new cell's record, appended to the session; it keeps outputs within `limits` (the
+        cell's own, where it runs with others than the session's), as the cell's result does."""
+        cell = CellRecord(code, len(self.cells) + 1, limits or self.limits, self._images)
         self.entries.append(cell)
         return cell
 
@@ -329,7 +363,8 @@ class SessionRecord:
         running = [
             i for i, e in enumerate(self.entries) if isinstance(e, CellRecord) and e.status == "running"
         ]
-        self._checked = min(running, default=len(self.entries))  # finished cells do not change
+        # finished cells change only where an image made way for newer ones: valid still
+        self._checked = min(running, default=len(self.entries))
         return nb
 
     def save(self, path: str | os.PathLike[str], *, trusted: str | os.PathLike[str] | None = None) -> None:

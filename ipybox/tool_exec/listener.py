@@ -109,11 +109,7 @@ class Listener:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if self._max_connections is not None and len(self._counted) >= self._max_connections:
-            await self._refuse_connection(writer, self._too_many())
-            return
-        if not self._reserve(_CONNECTION_BYTES):
-            await self._refuse_connection(writer, self._too_large(_CONNECTION_BYTES, "connection"))
+        if not await self._admit(writer):
             return
         self._connections.add(task)
         self._counted.add(task)
@@ -167,6 +163,16 @@ class Listener:
             self._connections.discard(task)
             self._counted.discard(task)
             writer.close()
+
+    async def _admit(self, writer: asyncio.StreamWriter) -> bool:
+        """Take a new connection within the limits (its read buffers reserved), or refuse it."""
+        if self._max_connections is not None and len(self._counted) >= self._max_connections:
+            await self._refuse_connection(writer, self._too_many())
+            return False
+        if not self._reserve(_CONNECTION_BYTES):
+            await self._refuse_connection(writer, self._too_large(_CONNECTION_BYTES, "connection"))
+            return False
+        return True
 
     async def _handle(
         self,

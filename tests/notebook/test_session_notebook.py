@@ -180,3 +180,19 @@ async def test_markup_a_kernel_displays_is_kept_as_text_never_rendered(tmp_path:
     for active in ("<b onclick", "<img src=x", "<svg xmlns", "<td onmouseover", "<script>alert"):
         assert active not in page, active
     assert "&lt;img src=x onerror=alert(1)&gt;only-html" in page
+
+
+def test_the_session_keeps_its_newest_images_within_image_bytes() -> None:
+    """Across cells too: a long session holds no more images than one cell may."""
+    record = SessionRecord("images", limits=ResourceLimits(image_bytes=300))
+    png = base64.b64encode(b"\x89PNG" + b"x" * 196).decode()  # 200 bytes
+    for n in range(3):
+        cell = record.begin_cell(f"plot({n})")
+        cell.add_output("display_data", {"data": {"image/png": png}, "metadata": {"image/png": {"width": 9}}})
+        cell.finish(0.1)
+    nb = record.to_notebook()
+    nbformat.validate(nb)
+    kept = [o for c in nb.cells for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(kept) == 1 and nb.cells[-1].outputs[0]["data"]["image/png"] == png
+    made_way = [o["data"]["text/plain"] for c in nb.cells[:-1] for o in c.outputs]
+    assert len(made_way) == 2 and all("newer ones took its place" in t for t in made_way)

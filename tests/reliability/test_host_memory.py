@@ -27,10 +27,12 @@ LIMITS = ResourceLimits(image_bytes=32 * MIB, message_bytes=8 * MIB, tool_connec
 #: What the host may allocate besides what the limits count: the interpreter's and allocator's own
 #: churn, the other kernel's cells, a flood's error lines.
 MARGIN = 16 * MIB
-#: `image_bytes` of images kept, and five messages' worth in flight (one ZMQ reads, one it queues,
-#: one ipybox decodes: its bytes, their text and the value parsed from it).
+#: `image_bytes` of images kept in the result, and five messages' worth in flight (one ZMQ reads,
+#: one it queues, one ipybox decodes: its bytes, their text and the value parsed from it).
 IN_FLIGHT = 5 * 8 * MIB
-IMAGES_BOUND = 32 * MIB + IN_FLIGHT
+#: The same images again in the session's notebook record, as base64 (a third more).
+RECORDED = 32 * MIB * 4 // 3
+IMAGES_BOUND = 32 * MIB + RECORDED + IN_FLIGHT
 IMAGES = """
 import base64, os
 from IPython.display import display
