@@ -11,8 +11,9 @@ in issue #27), which reports its RSS after one ordinary cell (the baseline) and 
 - sockets: 24 connections to the kernel's tool server, each sending 60 MiB without a newline
   (256 MiB kernel memory limit).
 
-The bound is what the limits let the host hold for the kernel: `image_bytes` of images kept,
-plus up to five times `message_bytes` in flight (a message ZMQ reads, one it queues, and one
+The bound is what the limits let the host hold for the kernel: `image_bytes` of images kept
+(and again, as base64, in the session's notebook record), plus up to five times `message_bytes`
+in flight (a message ZMQ reads, one it queues, and one
 ipybox decodes: its bytes, their text and the value parsed from it), or `tool_buffer`
 (connections' buffers and requests together). What the allocator keeps of freed memory comes on
 top (run with MALLOC_MMAP_THRESHOLD_=1048576 to see the peaks without most of it).
@@ -87,7 +88,8 @@ def bound(limits: ResourceLimits, flood: str) -> int:
     """Bytes the limits let the host hold for the kernel in this flood."""
     if flood == "sockets":
         return limits.tool_buffer or 0
-    return (limits.image_bytes or 0) + 5 * (getattr(limits, "message_bytes", 0) or 0)
+    images = limits.image_bytes or 0
+    return images + images * 4 // 3 + 5 * (getattr(limits, "message_bytes", 0) or 0)  # result, record
 
 
 async def one(flood: str) -> dict[str, object]:
