@@ -43,8 +43,8 @@ from ipybox._programs import which
 
 logger = logging.getLogger(__name__)
 
-#: At most this many directories of each writable directory are looked at per sweep
-#: (`node_modules` trees last).
+#: At most this many directories of each writable directory are looked at per background sweep
+#: (`node_modules` trees last), the next going on from there; the last sweep walks them all.
 MAX_SWEPT = 20_000
 
 #: Settings of a kernel's repository that are kept: data git needs (format, remotes, branches,
@@ -94,6 +94,7 @@ class RepoSweep:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._checked: dict[str, tuple[int, ...]] = {}  # git dir: the state it was last made safe in
+        self._unwalked: dict[str, tuple[deque[str], deque[str]]] = {}  # root: where the last sweep stopped
         self.add(roots, read_only)
 
     def add(self, roots: Iterable[Path], read_only: Iterable[Path], unwalked: Iterable[Path] = ()) -> None:
@@ -139,40 +140,47 @@ class RepoSweep:
             self._thread.join()
         return self.sweep()
 
-    def sweep(self) -> list[Path]:
-        """Disarm every git directory the kernels made or changed; the ones disarmed now."""
+    def sweep(self, limit: int | None = None) -> list[Path]:
+        """Disarm every git directory the kernels made or changed; the ones disarmed now. With a
+        `limit`, at most that many directories of each root are walked, and the next sweep goes
+        on from there (every directory is reached in turn, however many a kernel makes)."""
         with self._lock:
             self._take_read_only()
             disarmed = []
-            for git_dir in dict.fromkeys(self._git_dirs()):
+            for git_dir in dict.fromkeys(self._git_dirs(limit)):
+                # the state before looking: a change the kernel makes while this sweep reads
+                # (or after) differs from it, so the next sweep looks again
+                state = _state(git_dir)
                 try:
-                    if self._theirs(git_dir) and _disarm(git_dir):
+                    if self._theirs(git_dir, state) and _disarm(git_dir):
                         disarmed.append(Path(git_dir))
+                        continue  # looked at again next time, as ipybox left it
                 except OSError as e:  # the next sweep tries again; the others go on
                     logger.warning(
                         "cannot disarm the git repository %r a sandboxed kernel made: %s", git_dir, e
                     )
                     continue
-                self._checked[git_dir] = _state(git_dir)
+                self._checked[git_dir] = state
             return disarmed
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             began = time.monotonic()
             try:
-                self.sweep()
+                self.sweep(MAX_SWEPT)
             except Exception:  # never let the thread die: the final sweep still comes
                 logger.exception("sweeping the sandbox's writable directories for repositories failed")
             # a large tree is swept more rarely: at most about 5% of a core
             self.interval = max(self._every, 20 * (time.monotonic() - began))
 
-    def _git_dirs(self) -> Iterator[str]:
-        """Every git directory in the roots (walked breadth first, without following links), and
-        where each `.git` file or link and `commondir` there points to, if in a root."""
+    def _git_dirs(self, limit: int | None) -> Iterator[str]:
+        """Every git directory in the roots (walked breadth first, without following links, up
+        to `limit` directories of each, going on from where the last sweep stopped), and where
+        each `.git` file or link and `commondir` there points to, if in a root."""
         for root in self._roots:
-            pending, later = deque([root]), deque[str]()
+            pending, later = self._unwalked.pop(root, (deque([root]), deque[str]()))
             walked = 0
-            while (pending or later) and walked < MAX_SWEPT:
+            while (pending or later) and (limit is None or walked < limit):
                 folder = pending.popleft() if pending else later.popleft()
                 walked += 1
                 try:
@@ -193,20 +201,24 @@ class RepoSweep:
                         continue
                     if entry.is_dir(follow_symlinks=False):
                         (later if entry.name == "node_modules" else pending).append(entry.path)
-            if walked >= MAX_SWEPT and root not in _told:
-                _told.add(root)
-                logger.warning("%s: only the first %d directories are swept for repositories", root, walked)
+            if pending or later:
+                self._unwalked[root] = (pending, later)
+                if root not in _told:
+                    _told.add(root)
+                    logger.warning(
+                        "%s: more than %d directories, swept for repositories in turns", root, walked
+                    )
 
     def _writable_target(self, path: str | None) -> list[str]:
         if path is None or not any(path == r or path.startswith(r.rstrip("/") + "/") for r in self._writable):
             return []
         return [path]
 
-    def _theirs(self, git_dir: str) -> bool:
-        """Whether the kernels may have written `git_dir` and did, since the sandbox started."""
+    def _theirs(self, git_dir: str, state: tuple[int, ...]) -> bool:
+        """Whether the kernels may have written `git_dir` (now in `state`) and did, since the
+        sandbox started."""
         if any(git_dir == p or git_dir.startswith(p + "/") for p in self._read_only):
             return False
-        state = _state(git_dir)
         if self._checked.get(git_dir) == state:
             return False  # as it was when last looked at
         return any(t >= self.since_ns for t in state[1::2])

@@ -309,3 +309,101 @@ def test_a_config_passed_without_git_is_one_git_finds_safe(text: str) -> None:
     assert not repo_sweep._plainly_safe(data) or git_says_safe
     if text.startswith("[core]\n\trepositoryformatversion"):
         assert repo_sweep._plainly_safe(data)  # what git writes: no need to ask it
+
+
+def _armed(repo: Path, markers: Path, name: str) -> None:
+    """A repository whose `git status` on the host touches `markers/name` (fsmonitor)."""
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=_env())
+    subprocess.run(
+        ["git", "-C", str(repo), "config", "core.fsmonitor", f"touch {markers}/{name}; false"], env=_env()
+    )
+
+
+def _status(*repos: Path) -> None:
+    for repo in repos:
+        subprocess.run(["git", "status", "--short"], cwd=repo, capture_output=True, env=_env(), timeout=60)
+
+
+def test_more_directories_than_a_sweep_walks_hide_no_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel that makes more directories than one sweep walks (MAX_SWEPT, made small here)
+    puts its repository beyond them: shallow, deep, in a `node_modules` tree (walked last). The
+    background sweeps go on where the last one stopped, and the last sweep walks everything."""
+    monkeypatch.setattr(repo_sweep, "MAX_SWEPT", 30)
+    ws, markers = tmp_path / "ws", tmp_path / "markers"
+    markers.mkdir()
+    for i in range(40):
+        (ws / f"d{i:02}" / "sub").mkdir(parents=True)
+    repos = {
+        "shallow": ws / "zz",
+        "deep": ws / "d39" / "sub" / "a" / "b" / "c",
+        "node-modules": ws / "node_modules" / "pkg" / "x",
+    }
+    for name, repo in repos.items():
+        _armed(repo, markers, name)
+    sweep = repo_sweep.RepoSweep([ws])
+    sweep.since_ns = 0  # everything here is the kernel's
+    found: set[Path] = set()
+    for _ in range(10):  # each walks at most 30 of the ~90 directories
+        found |= set(sweep.sweep(repo_sweep.MAX_SWEPT))
+    assert found >= {repo / ".git" for repo in repos.values()}
+    _status(*repos.values())
+    assert _ran(markers) == set()
+    late = ws / "d39" / "sub" / "late"  # made after those sweeps: the last one walks it all
+    _armed(late, markers, "late")
+    assert sweep.finish() == [late / ".git"]
+    _status(late)
+    assert _ran(markers) == set()
+
+
+#: A `git` first on PATH that runs $IPYBOX_TEST_RACE once (the kernel, acting while the sweep
+#: asks git what a config holds), then the real git.
+_RACING_GIT = (
+    '#!/bin/sh\n[ -f "$IPYBOX_TEST_RACE" ] && sh "$IPYBOX_TEST_RACE" && rm "$IPYBOX_TEST_RACE"\n'
+    'exec {git} "$@"\n'
+)
+
+
+@pytest.mark.parametrize(
+    "swap",
+    [
+        "mv {evil} {git_dir}/config",  # a config renamed into place
+        "cat {evil} > {git_dir}/config",  # written in place
+        "{git} -C {git_dir} config extensions.worktreeConfig true && mv {evil} {git_dir}/config.worktree",
+        "printf '#!/bin/sh\\ntouch {markers}/status\\n' > {git_dir}/hooks/pre-commit"
+        " && chmod +x {git_dir}/hooks/pre-commit",
+    ],
+)
+def test_a_change_made_while_the_sweep_reads_is_looked_at_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap: str
+) -> None:
+    """The kernel sees the sweep read its config (the file's access time) and, while the sweep
+    asks git what it holds, arms the repository: the next sweep disarms it (the state a sweep
+    keeps is the one it looked at, not the one after)."""
+    ws, markers, bin_dir = tmp_path / "ws", tmp_path / "markers", tmp_path / "bin"
+    for path in (markers, bin_dir):
+        path.mkdir()
+    repo = ws / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=_env())
+    git_dir = repo / ".git"
+    (git_dir / "config").write_text("[core] repositoryformatversion = 0\n\tbare = false\n")  # git is asked
+    evil = tmp_path / "evil"
+    evil.write_text(f'[core]\n\tbare = false\n\tfsmonitor = "touch {markers}/status; false"\n')
+    race = tmp_path / "race.sh"
+    real_git = repo_sweep.which("git")
+    race.write_text(swap.format(evil=evil, git_dir=git_dir, markers=markers, git=real_git))
+    (bin_dir / "git").write_text(_RACING_GIT.format(git=real_git))
+    (bin_dir / "git").chmod(0o755)
+    sweep = repo_sweep.RepoSweep([ws])
+    sweep.since_ns = 0
+    monkeypatch.setenv("IPYBOX_TEST_RACE", str(race))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    sweep.sweep()
+    assert not race.exists(), "the kernel's change did not come while the sweep read"
+    monkeypatch.undo()
+    sweep.sweep()
+    subprocess.run(["git", "status", "--short"], cwd=repo, capture_output=True, env=_env(), timeout=60)
+    commit = ["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@example.org", "commit"]
+    subprocess.run([*commit, "-q", "--allow-empty", "-m", "x"], capture_output=True, env=_env(), timeout=60)
+    assert _ran(markers) == set()
