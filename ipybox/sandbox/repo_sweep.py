@@ -65,9 +65,6 @@ _SAFE_SETTING = re.compile(
 #: Files and directories of a git directory whose change marks it as changed by the kernel.
 _WATCHED = ("config", "config.worktree", "hooks", "commondir")
 
-#: Parts of a git directory not walked: objects and refs are data, never settings.
-_DATA = frozenset(("objects", "refs", "logs"))
-
 _DISABLED = ".ipybox-disabled"
 
 #: Slack on the start time: file times come from a clock that may lag the one read here.
@@ -94,7 +91,8 @@ class RepoSweep:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._checked: dict[str, tuple[int, ...]] = {}  # git dir: the state it was last made safe in
-        self._unwalked: dict[str, tuple[deque[str], deque[str]]] = {}  # root: where the last sweep stopped
+        #: root: where the last sweep stopped (folders to walk, `node_modules` ones, links followed)
+        self._unwalked: dict[str, tuple[deque[str], deque[str], set[str]]] = {}
         self.add(roots, read_only)
 
     def add(self, roots: Iterable[Path], read_only: Iterable[Path], unwalked: Iterable[Path] = ()) -> None:
@@ -174,11 +172,12 @@ class RepoSweep:
             self.interval = max(self._every, 20 * (time.monotonic() - began))
 
     def _git_dirs(self, limit: int | None) -> Iterator[str]:
-        """Every git directory in the roots (walked breadth first, without following links, up
-        to `limit` directories of each, going on from where the last sweep stopped), and where
-        each `.git` file or link and `commondir` there points to, if in a root."""
+        """Every git directory in the roots (walked breadth first, up to `limit` directories of
+        each, going on from where the last sweep stopped), and where each `.git` file or link
+        and `commondir` there points to, if writable. Links are not followed, but for one into
+        an unwalked directory (a path to a repository there): what it leads to is walked too."""
         for root in self._roots:
-            pending, later = self._unwalked.pop(root, (deque([root]), deque[str]()))
+            pending, later, followed = self._unwalked.pop(root, (deque([root]), deque[str](), set[str]()))
             walked = 0
             while (pending or later) and (limit is None or walked < limit):
                 folder = pending.popleft() if pending else later.popleft()
@@ -195,19 +194,29 @@ class RepoSweep:
                     yield from self._writable_target(_pointed_to(folder, "commondir"))
                 dot_git = names.get(".git")
                 if dot_git is not None and not dot_git.is_dir(follow_symlinks=False):
-                    yield from self._writable_target(_pointed_to(folder, ".git"))
+                    yield from self._writable_target(target := _pointed_to(folder, ".git"))
+                    pending += self._unwalked_target(target, followed)
                 for entry in entries:
-                    if entry.path in self._read_only or (git_dir and entry.name in _DATA):
+                    if entry.path in self._read_only:
                         continue
                     if entry.is_dir(follow_symlinks=False):
                         (later if entry.name == "node_modules" else pending).append(entry.path)
+                    elif entry.is_symlink():
+                        pending += self._unwalked_target(os.path.realpath(entry.path), followed)
             if pending or later:
-                self._unwalked[root] = (pending, later)
+                self._unwalked[root] = (pending, later, followed)
                 if root not in _told:
                     _told.add(root)
                     logger.warning(
                         "%s: more than %d directories, swept for repositories in turns", root, walked
                     )
+
+    def _unwalked_target(self, path: str | None, followed: set[str]) -> list[str]:
+        """`path` if it is in a writable directory that is not walked, and not followed yet."""
+        if path is None or path in followed or not self._writable_target(path) or _under(path, self._roots):
+            return []
+        followed.add(path)
+        return [path]
 
     def _writable_target(self, path: str | None) -> list[str]:
         if path is None or not any(path == r or path.startswith(r.rstrip("/") + "/") for r in self._writable):
@@ -225,6 +234,10 @@ class RepoSweep:
 
 
 _told: set[str] = set()  # roots whose unswept directories were logged
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
 
 
 def _state(git_dir: str) -> tuple[int, ...]:

@@ -69,6 +69,13 @@ init_with new/obst core.fsmonitor "$(fs obstacle)" && mkdir -p new/obst/.git/con
 init_with new/cl core.fsmonitor "$(fs config-link)" && mv new/cl/.git/config .store/cl-config
 ln -s ../../../.store/cl-config new/cl/.git/config
 git_dir_only "$TMPDIR/g3" private-dir && mkdir -p new/tp && printf 'gitdir: %s/g3\n' "$TMPDIR" > new/tp/.git
+mkdir -p out && printf 'x\n' > out/HEAD && init_with out/logs/run core.fsmonitor "$(fs data-dir)"
+init_with "$TMPDIR/lp" core.fsmonitor "$(fs link-private)" && ln -s "$TMPDIR/lp" new/lp
+mkdir -p "$TMPDIR/pc/objects" "$TMPDIR/pc/refs/heads" "$TMPDIR/pw" new/pcw
+printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = "%s"\n' "$(fs private-common)" \
+    > "$TMPDIR/pc/config"
+printf 'ref: refs/heads/main\n' > "$TMPDIR/pw/HEAD" && printf '../pc\n' > "$TMPDIR/pw/commondir"
+printf 'gitdir: %s/pw\n' "$TMPDIR" > new/pcw/.git
 (sleep "$delay"; init_with new/bg core.fsmonitor "$(fs background)") > /dev/null 2>&1 &
 
 # ordinary work: a clone, a repository of one's own, source files
@@ -94,6 +101,9 @@ CHECKS = {
     "private-dir": ("new/tp", "$TMPDIR/g3"),  # the kernel's own temp dir, outside the project
     "obstacle": ("new/obst", "new/obst/.git"),  # where ipybox sets the config aside, taken
     "config-link": ("new/cl", "new/cl/.git"),  # the config a link to a file elsewhere
+    "data-dir": ("out/logs/run", "out/logs/run/.git"),  # in a folder named like git's data, beside a HEAD
+    "link-private": ("new/lp", "$TMPDIR/lp/.git"),  # a link to a repository in the kernel's temp dir
+    "private-common": ("new/pcw", "$TMPDIR/pc"),  # a common dir named from the kernel's temp dir
 }
 
 
@@ -117,6 +127,8 @@ def _project(path: Path) -> Path:
 def _host_git(project: Path) -> None:
     """Run git on the host where each attack left its repository, as a user (or prompt) would."""
     for name, (cwd, _) in CHECKS.items():
+        if not (project / cwd).exists():
+            continue  # a link into the kernel's temp dir, gone with the kernel
         if name == "hook":
             command = ["git", "-c", "user.name=a", "-c", "user.email=a@example.org", "commit", "-q"]
             command += ["--allow-empty", "-m", "x"]
