@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import stat
 import subprocess
 import tempfile
@@ -153,7 +154,7 @@ class RepoSweep:
                     if self._theirs(git_dir, state) and _disarm(git_dir):
                         disarmed.append(Path(git_dir))
                         continue  # looked at again next time, as ipybox left it
-                except OSError as e:  # the next sweep tries again; the others go on
+                except Exception as e:  # the next sweep tries again; the others go on
                     logger.warning(
                         "cannot disarm the git repository %r a sandboxed kernel made: %s", git_dir, e
                     )
@@ -381,31 +382,21 @@ def _disarm_hooks(dir_fd: int) -> bool:
 
 
 def _set_aside(dir_fd: int, name: str) -> None:
-    """Rename `name` in `dir_fd` to `name.ipybox-disabled` (over an earlier one), or remove it
-    where something of the kernel's blocks that name."""
+    """Rename `name` in `dir_fd` to `name.ipybox-disabled` (over an earlier one). Nothing of the
+    kernel's is removed (it may be a tree deeper than any walk): a folder in the way, or `name`
+    where it cannot go there, moves to a name of its own beside it."""
     aside = name + _DISABLED
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(FileNotFoundError):
         if stat.S_ISDIR(os.lstat(aside, dir_fd=dir_fd).st_mode):
-            _remove_tree(dir_fd, aside)
+            os.rename(aside, _unique(aside), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     try:
         os.replace(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError:
-        _remove_tree(dir_fd, name)
+        os.rename(name, _unique(aside), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-def _remove_tree(dir_fd: int, name: str) -> None:
-    """Remove `name` in `dir_fd` and what it holds, never following a link."""
-    info = os.lstat(name, dir_fd=dir_fd)
-    if not stat.S_ISDIR(info.st_mode):
-        os.unlink(name, dir_fd=dir_fd)
-        return
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    try:
-        for entry in os.listdir(fd):
-            _remove_tree(fd, entry)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=dir_fd)
+def _unique(name: str) -> str:
+    return f"{name}-{secrets.token_hex(8)}"
 
 
 def _read_all(fd: int, limit: int = 1 << 20) -> bytes:

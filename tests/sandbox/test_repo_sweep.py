@@ -419,3 +419,46 @@ def test_a_change_made_while_the_sweep_reads_is_looked_at_again(
     commit = ["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@example.org", "commit"]
     subprocess.run([*commit, "-q", "--allow-empty", "-m", "x"], capture_output=True, env=_env(), timeout=60)
     assert _ran(markers) == set()
+
+
+def _deep(folder: Path, depth: int = 1200) -> None:
+    """`folder` holding a chain of `depth` folders (deeper than Python recurses)."""
+    folder.mkdir()
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+
+
+def test_no_tree_of_the_kernels_stops_the_sweep(tmp_path: Path) -> None:
+    """Deep trees where ipybox sets a config or hooks aside (in the way of the name, or as the
+    hooks themselves, with a file in the way) are moved beside it, never walked to be removed: the
+    repository is disarmed, and so is every other one (a sweep that failed at one stopped them all)."""
+    ws, markers = tmp_path / "ws", tmp_path / "markers"
+    markers.mkdir()
+    repos = [ws / "a", ws / "b", ws / "c", ws / "later"]
+    for repo in repos:
+        _armed(repo, markers, repo.name)
+    _deep(ws / "a" / ".git" / "config.ipybox-disabled")
+    _deep(ws / "b" / ".git" / "hooks.ipybox-disabled")
+    (ws / "b" / ".git" / "hooks" / "pre-commit").write_text(f"#!/bin/sh\ntouch {markers}/b-hook\n")
+    (ws / "b" / ".git" / "hooks" / "pre-commit").chmod(0o755)
+    hooks = ws / "c" / ".git" / "hooks"
+    for sample in hooks.iterdir():
+        sample.unlink()
+    hooks.rmdir()
+    _deep(hooks)  # a deep hooks folder, and a file where it would go
+    (hooks / "post-checkout").write_text(f"#!/bin/sh\ntouch {markers}/c-hook\n")
+    (ws / "c" / ".git" / "hooks.ipybox-disabled").write_text("x")
+    sweep = repo_sweep.RepoSweep([ws])
+    sweep.since_ns = 0
+    assert set(sweep.sweep()) == {repo / ".git" for repo in repos}
+    _status(*repos)
+    commit = ["git", "-c", "user.name=a", "-c", "user.email=a@example.org", "commit", "-q", "--allow-empty"]
+    for repo in repos:
+        subprocess.run([*commit, "-m", "x"], cwd=repo, capture_output=True, env=_env(), timeout=60)
+    assert _ran(markers) == set()
+    assert len(list((ws / "a" / ".git").glob("config.ipybox-disabled-*"))) == 1  # the kernel's, kept
