@@ -455,10 +455,22 @@ def test_no_tree_of_the_kernels_stops_the_sweep(tmp_path: Path) -> None:
     (ws / "c" / ".git" / "hooks.ipybox-disabled").write_text("x")
     sweep = repo_sweep.RepoSweep([ws])
     sweep.since_ns = 0
-    assert set(sweep.sweep()) == {repo / ".git" for repo in repos}
-    _status(*repos)
-    commit = ["git", "-c", "user.name=a", "-c", "user.email=a@example.org", "commit", "-q", "--allow-empty"]
-    for repo in repos:
-        subprocess.run([*commit, "-m", "x"], cwd=repo, capture_output=True, env=_env(), timeout=60)
-    assert _ran(markers) == set()
-    assert len(list((ws / "a" / ".git").glob("config.ipybox-disabled-*"))) == 1  # the kernel's, kept
+    try:
+        assert set(sweep.sweep()) == {repo / ".git" for repo in repos}
+        _status(*repos)
+        commit = [
+            "git",
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@example.org",
+            "commit",
+            "-q",
+            "--allow-empty",
+        ]
+        for repo in repos:
+            subprocess.run([*commit, "-m", "x"], cwd=repo, capture_output=True, env=_env(), timeout=60)
+        assert _ran(markers) == set()
+        assert len(list((ws / "a" / ".git").glob("config.ipybox-disabled-*"))) == 1  # the kernel's, kept
+    finally:  # rm walks any depth; pytest's own clean-up (shutil.rmtree) recurses and would fail
+        subprocess.run(["rm", "-rf", str(ws)], check=True)
