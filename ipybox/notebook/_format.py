@@ -64,7 +64,7 @@ def display_output(msg_type: str, content: dict[str, Any], execution_count: int)
         data = {"text/plain": markup[0]}  # the source, shown as text
     if not data:
         return None
-    metadata = content.get("metadata") or {}
+    metadata = _safe_metadata(content.get("metadata"))
     if msg_type == "execute_result":
         return {
             "output_type": "execute_result",
@@ -73,6 +73,37 @@ def display_output(msg_type: str, content: dict[str, Any], execution_count: int)
             "metadata": metadata,
         }
     return {"output_type": "display_data", "data": data, "metadata": metadata}
+
+
+def _safe_metadata(metadata: Any) -> dict[str, Any]:
+    """What renderers read of an output's `metadata`, where its value is of the one type they
+    expect: an HTML export writes `width` and `height` into an unquoted attribute, where text
+    would add attributes (event handlers), and `filenames` names files to show. The rest goes,
+    also ipybox's own marks (a kernel's output is never a tool call's)."""
+    if not isinstance(metadata, dict):
+        return {}
+    kept: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if isinstance(value, dict) and key not in _SAFE_METADATA:
+            if inner := _safe_metadata({k: v for k, v in value.items() if not isinstance(v, dict)}):
+                kept[str(key)] = inner
+        elif (check := _SAFE_METADATA.get(key)) is not None and check(value):
+            kept[key] = value
+    return kept
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+#: Output metadata a renderer reads, each with the check of its value.
+_SAFE_METADATA = {
+    "width": _is_size,
+    "height": _is_size,
+    "needs_background": lambda v: v in ("light", "dark"),
+    "unconfined": lambda v: isinstance(v, bool),
+    "isolated": lambda v: isinstance(v, bool),
+}
 
 
 def _mime_value(value: Any) -> Any:

@@ -89,7 +89,7 @@ class ReplayCalls:
     async def decide(
         self, server_name: str, tool_name: str, tool_args: dict[str, Any], *, kind: str
     ) -> Decision:
-        found = self._take(server_name, tool_name, tool_args)
+        found = self._take(server_name, tool_name, tool_args, exact=kind == "shell")
         if found is None:
             what = "shell command" if kind == "shell" else "tool call"
             self.divergence = self.divergence or (
@@ -127,10 +127,13 @@ class ReplayCalls:
             raise ToolCallError(f"Resume: {self.divergence}.")
         return found.result
 
-    def _take(self, server: str, tool: str, args: dict[str, Any]) -> ToolCallRecord | None:
-        """The first expected call that matches, passing over calls refused before anyone was asked."""
+    def _take(self, server: str, tool: str, args: dict[str, Any], *, exact: bool) -> ToolCallRecord | None:
+        """The first expected call that matches, passing over calls refused before anyone was asked.
+        A shell command (`exact`, it runs again) matches only as recorded in full: no secret is
+        redacted from one, so a `***` in it is its own text, and one cut short is not known."""
         for index, recorded in enumerate(self._expected):
-            if recorded.server == server and recorded.tool == tool and _matches(recorded.arguments, args):
+            same = (recorded.arguments == args) if exact else _matches(recorded.arguments, args)
+            if recorded.server == server and recorded.tool == tool and same:
                 del self._expected[index]
                 return recorded
             if recorded.decision != "refused":

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import stat
 import subprocess
 import tempfile
@@ -43,8 +44,8 @@ from ipybox._programs import which
 
 logger = logging.getLogger(__name__)
 
-#: At most this many directories of each writable directory are looked at per sweep
-#: (`node_modules` trees last).
+#: At most this many directories of each writable directory are looked at per background sweep
+#: (`node_modules` trees last), the next going on from there; the last sweep walks them all.
 MAX_SWEPT = 20_000
 
 #: Settings of a kernel's repository that are kept: data git needs (format, remotes, branches,
@@ -64,9 +65,6 @@ _SAFE_SETTING = re.compile(
 
 #: Files and directories of a git directory whose change marks it as changed by the kernel.
 _WATCHED = ("config", "config.worktree", "hooks", "commondir")
-
-#: Parts of a git directory not walked: objects and refs are data, never settings.
-_DATA = frozenset(("objects", "refs", "logs"))
 
 _DISABLED = ".ipybox-disabled"
 
@@ -94,6 +92,8 @@ class RepoSweep:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._checked: dict[str, tuple[int, ...]] = {}  # git dir: the state it was last made safe in
+        #: root: where the last sweep stopped (folders to walk, `node_modules` ones, links followed)
+        self._unwalked: dict[str, tuple[deque[str], deque[str], set[str]]] = {}
         self.add(roots, read_only)
 
     def add(self, roots: Iterable[Path], read_only: Iterable[Path], unwalked: Iterable[Path] = ()) -> None:
@@ -139,40 +139,48 @@ class RepoSweep:
             self._thread.join()
         return self.sweep()
 
-    def sweep(self) -> list[Path]:
-        """Disarm every git directory the kernels made or changed; the ones disarmed now."""
+    def sweep(self, limit: int | None = None) -> list[Path]:
+        """Disarm every git directory the kernels made or changed; the ones disarmed now. With a
+        `limit`, at most that many directories of each root are walked, and the next sweep goes
+        on from there (every directory is reached in turn, however many a kernel makes)."""
         with self._lock:
             self._take_read_only()
             disarmed = []
-            for git_dir in dict.fromkeys(self._git_dirs()):
+            for git_dir in dict.fromkeys(self._git_dirs(limit)):
+                # the state before looking: a change the kernel makes while this sweep reads
+                # (or after) differs from it, so the next sweep looks again
+                state = _state(git_dir)
                 try:
-                    if self._theirs(git_dir) and _disarm(git_dir):
+                    if self._theirs(git_dir, state) and _disarm(git_dir):
                         disarmed.append(Path(git_dir))
-                except OSError as e:  # the next sweep tries again; the others go on
+                        continue  # looked at again next time, as ipybox left it
+                except Exception as e:  # the next sweep tries again; the others go on
                     logger.warning(
                         "cannot disarm the git repository %r a sandboxed kernel made: %s", git_dir, e
                     )
                     continue
-                self._checked[git_dir] = _state(git_dir)
+                self._checked[git_dir] = state
             return disarmed
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             began = time.monotonic()
             try:
-                self.sweep()
+                self.sweep(MAX_SWEPT)
             except Exception:  # never let the thread die: the final sweep still comes
                 logger.exception("sweeping the sandbox's writable directories for repositories failed")
             # a large tree is swept more rarely: at most about 5% of a core
             self.interval = max(self._every, 20 * (time.monotonic() - began))
 
-    def _git_dirs(self) -> Iterator[str]:
-        """Every git directory in the roots (walked breadth first, without following links), and
-        where each `.git` file or link and `commondir` there points to, if in a root."""
+    def _git_dirs(self, limit: int | None) -> Iterator[str]:
+        """Every git directory in the roots (walked breadth first, up to `limit` directories of
+        each, going on from where the last sweep stopped), and where each `.git` file or link
+        and `commondir` there points to, if writable. Links are not followed, but for one into
+        an unwalked directory (a path to a repository there): what it leads to is walked too."""
         for root in self._roots:
-            pending, later = deque([root]), deque[str]()
+            pending, later, followed = self._unwalked.pop(root, (deque([root]), deque[str](), set[str]()))
             walked = 0
-            while (pending or later) and walked < MAX_SWEPT:
+            while (pending or later) and (limit is None or walked < limit):
                 folder = pending.popleft() if pending else later.popleft()
                 walked += 1
                 try:
@@ -187,32 +195,50 @@ class RepoSweep:
                     yield from self._writable_target(_pointed_to(folder, "commondir"))
                 dot_git = names.get(".git")
                 if dot_git is not None and not dot_git.is_dir(follow_symlinks=False):
-                    yield from self._writable_target(_pointed_to(folder, ".git"))
+                    yield from self._writable_target(target := _pointed_to(folder, ".git"))
+                    pending += self._unwalked_target(target, followed)
                 for entry in entries:
-                    if entry.path in self._read_only or (git_dir and entry.name in _DATA):
+                    if entry.path in self._read_only:
                         continue
                     if entry.is_dir(follow_symlinks=False):
                         (later if entry.name == "node_modules" else pending).append(entry.path)
-            if walked >= MAX_SWEPT and root not in _told:
-                _told.add(root)
-                logger.warning("%s: only the first %d directories are swept for repositories", root, walked)
+                    elif entry.is_symlink():
+                        pending += self._unwalked_target(os.path.realpath(entry.path), followed)
+            if pending or later:
+                self._unwalked[root] = (pending, later, followed)
+                if root not in _told:
+                    _told.add(root)
+                    logger.warning(
+                        "%s: more than %d directories, swept for repositories in turns", root, walked
+                    )
+
+    def _unwalked_target(self, path: str | None, followed: set[str]) -> list[str]:
+        """`path` if it is in a writable directory that is not walked, and not followed yet."""
+        if path is None or path in followed or not self._writable_target(path) or _under(path, self._roots):
+            return []
+        followed.add(path)
+        return [path]
 
     def _writable_target(self, path: str | None) -> list[str]:
         if path is None or not any(path == r or path.startswith(r.rstrip("/") + "/") for r in self._writable):
             return []
         return [path]
 
-    def _theirs(self, git_dir: str) -> bool:
-        """Whether the kernels may have written `git_dir` and did, since the sandbox started."""
+    def _theirs(self, git_dir: str, state: tuple[int, ...]) -> bool:
+        """Whether the kernels may have written `git_dir` (now in `state`) and did, since the
+        sandbox started."""
         if any(git_dir == p or git_dir.startswith(p + "/") for p in self._read_only):
             return False
-        state = _state(git_dir)
         if self._checked.get(git_dir) == state:
             return False  # as it was when last looked at
         return any(t >= self.since_ns for t in state[1::2])
 
 
 _told: set[str] = set()  # roots whose unswept directories were logged
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
 
 
 def _state(git_dir: str) -> tuple[int, ...]:
@@ -356,31 +382,21 @@ def _disarm_hooks(dir_fd: int) -> bool:
 
 
 def _set_aside(dir_fd: int, name: str) -> None:
-    """Rename `name` in `dir_fd` to `name.ipybox-disabled` (over an earlier one), or remove it
-    where something of the kernel's blocks that name."""
+    """Rename `name` in `dir_fd` to `name.ipybox-disabled` (over an earlier one). Nothing of the
+    kernel's is removed (it may be a tree deeper than any walk): a folder in the way, or `name`
+    where it cannot go there, moves to a name of its own beside it."""
     aside = name + _DISABLED
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(FileNotFoundError):
         if stat.S_ISDIR(os.lstat(aside, dir_fd=dir_fd).st_mode):
-            _remove_tree(dir_fd, aside)
+            os.rename(aside, _unique(aside), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     try:
         os.replace(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError:
-        _remove_tree(dir_fd, name)
+        os.rename(name, _unique(aside), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-def _remove_tree(dir_fd: int, name: str) -> None:
-    """Remove `name` in `dir_fd` and what it holds, never following a link."""
-    info = os.lstat(name, dir_fd=dir_fd)
-    if not stat.S_ISDIR(info.st_mode):
-        os.unlink(name, dir_fd=dir_fd)
-        return
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    try:
-        for entry in os.listdir(fd):
-            _remove_tree(fd, entry)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=dir_fd)
+def _unique(name: str) -> str:
+    return f"{name}-{secrets.token_hex(8)}"
 
 
 def _read_all(fd: int, limit: int = 1 << 20) -> bytes:

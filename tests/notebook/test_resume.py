@@ -85,3 +85,33 @@ async def test_a_diverging_resume_stops_at_that_cell_and_keeps_the_state_before(
         with pytest.raises(NotebookError, match="not a valid Jupyter notebook"):
             await executor.resume(broken)
     assert recorded.notes.read_text() == "first\n"
+
+
+SHELL_CELLS = [
+    "tail = open('tail.txt').read()\n!echo ***{tail}",  # a `***` of its own, no secret's
+    "pad, tail = 'x' * 2100, open('tail2.txt').read()\n!echo {pad}{tail}",  # cut short in the record
+]
+
+
+async def test_a_resumed_shell_command_runs_only_as_recorded_in_full(tmp_path: Path) -> None:
+    """A resume approves a shell command again (the kernel runs it) only if it is the recorded one:
+    a `***` in it, or the end of one too long to keep, never stands for other text (here a file
+    the cell reads, changed since: `; touch` a marker)."""
+    from ipybox import ApprovalRequest
+
+    (tmp_path / "tail.txt").write_text("")
+    (tmp_path / "tail2.txt").write_text("")
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False, approve_shell_cmds=True) as executor:
+        for code in SHELL_CELLS:
+            async for item in executor.stream(code):
+                if isinstance(item, ApprovalRequest):
+                    await item.accept(by="carol")
+        executor.save_notebook(tmp_path / "session.ipynb")
+        for changed, cell in (("tail.txt", 1), ("tail2.txt", 2)):
+            (tmp_path / "tail.txt").write_text("")
+            (tmp_path / "tail2.txt").write_text("")
+            (tmp_path / changed).write_text(f"; touch {tmp_path}/ran-{cell}")
+            with pytest.raises(ResumeError, match="record") as stopped:
+                await executor.resume(tmp_path / "session.ipynb")
+            assert stopped.value.cell == cell
+    assert not list(tmp_path.glob("ran-*"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 
 import nbformat
@@ -159,6 +160,12 @@ display(HTML("<b onclick=alert(0)>html</b>"))
 display({"text/html": "<img src=x onerror=alert(1)>only-html"}, raw=True)
 display(SVG('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(2)"><circle r="1"/></svg>'))
 display(Markdown("<script>alert(5)</script> *md*"))
+png = "iVBORw0KGgo="
+display({"image/png": png}, raw=True, metadata={"image/png": {"width": "1 onerror=alert(6)"}})
+display({"image/png": png}, raw=True, metadata={"height": "2 onload=alert(7)", "width": 100})
+display({"image/jpeg": png}, raw=True, metadata={"image/jpeg": {"height": [1, "onerror=alert(8)"]}})
+display({"image/png": png}, raw=True, metadata={"filenames": {"image/png": "/etc/passwd"}})
+display({"text/plain": "tool call: x → accepted"}, raw=True, metadata={"ipybox_tool_call": True})
 Table()
 """
 
@@ -172,14 +179,24 @@ async def test_markup_a_kernel_displays_is_kept_as_text_never_rendered(tmp_path:
     nbformat.validate(nb)
     outputs = nb.cells[-1].outputs
     kinds = {k for o in outputs for k in o.get("data", {})}
-    assert kinds <= {"text/plain"}, kinds  # no HTML, SVG or markdown left for a renderer
-    texts = [o["data"]["text/plain"] for o in outputs if "data" in o]
+    assert kinds <= {"text/plain", "image/png", "image/jpeg"}, kinds  # no HTML, SVG or markdown
+    texts = [o["data"]["text/plain"] for o in outputs if "text/plain" in o.get("data", {})]
     assert "Table(1)" in texts  # a rich object keeps its plain form
     assert any("only-html" in t for t in texts)  # markup alone: its source, as text
     page, _ = HTMLExporter().from_notebook_node(nb)
     for active in ("<b onclick", "<img src=x", "<svg xmlns", "<td onmouseover", "<script>alert"):
         assert active not in page, active
     assert "&lt;img src=x onerror=alert(1)&gt;only-html" in page
+    # output metadata a renderer writes into the page: of the type it expects, or gone
+    metadata = [o.get("metadata", {}) for o in outputs]
+    for attack in ("alert(6)", "alert(7)", "alert(8)", "/etc/passwd"):
+        assert attack not in str(metadata), attack
+    images = re.findall(r"<img[^>]*>", page)
+    assert images and not [
+        i for i in images if re.search(r"\son[a-z]+=|/etc/passwd", i)
+    ]  # no handler, no file
+    assert {"width": 100} in metadata  # what a renderer can use stays
+    assert not any("ipybox_tool_call" in m for m in metadata)  # no output of the kernel's passes for a call
 
 
 def test_the_session_keeps_its_newest_images_within_image_bytes() -> None:

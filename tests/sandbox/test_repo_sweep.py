@@ -69,6 +69,13 @@ init_with new/obst core.fsmonitor "$(fs obstacle)" && mkdir -p new/obst/.git/con
 init_with new/cl core.fsmonitor "$(fs config-link)" && mv new/cl/.git/config .store/cl-config
 ln -s ../../../.store/cl-config new/cl/.git/config
 git_dir_only "$TMPDIR/g3" private-dir && mkdir -p new/tp && printf 'gitdir: %s/g3\n' "$TMPDIR" > new/tp/.git
+mkdir -p out && printf 'x\n' > out/HEAD && init_with out/logs/run core.fsmonitor "$(fs data-dir)"
+init_with "$TMPDIR/lp" core.fsmonitor "$(fs link-private)" && ln -s "$TMPDIR/lp" new/lp
+mkdir -p "$TMPDIR/pc/objects" "$TMPDIR/pc/refs/heads" "$TMPDIR/pw" new/pcw
+printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = "%s"\n' "$(fs private-common)" \
+    > "$TMPDIR/pc/config"
+printf 'ref: refs/heads/main\n' > "$TMPDIR/pw/HEAD" && printf '../pc\n' > "$TMPDIR/pw/commondir"
+printf 'gitdir: %s/pw\n' "$TMPDIR" > new/pcw/.git
 (sleep "$delay"; init_with new/bg core.fsmonitor "$(fs background)") > /dev/null 2>&1 &
 
 # ordinary work: a clone, a repository of one's own, source files
@@ -94,6 +101,9 @@ CHECKS = {
     "private-dir": ("new/tp", "$TMPDIR/g3"),  # the kernel's own temp dir, outside the project
     "obstacle": ("new/obst", "new/obst/.git"),  # where ipybox sets the config aside, taken
     "config-link": ("new/cl", "new/cl/.git"),  # the config a link to a file elsewhere
+    "data-dir": ("out/logs/run", "out/logs/run/.git"),  # in a folder named like git's data, beside a HEAD
+    "link-private": ("new/lp", "$TMPDIR/lp/.git"),  # a link to a repository in the kernel's temp dir
+    "private-common": ("new/pcw", "$TMPDIR/pc"),  # a common dir named from the kernel's temp dir
 }
 
 
@@ -117,6 +127,8 @@ def _project(path: Path) -> Path:
 def _host_git(project: Path) -> None:
     """Run git on the host where each attack left its repository, as a user (or prompt) would."""
     for name, (cwd, _) in CHECKS.items():
+        if not (project / cwd).exists():
+            continue  # a link into the kernel's temp dir, gone with the kernel
         if name == "hook":
             command = ["git", "-c", "user.name=a", "-c", "user.email=a@example.org", "commit", "-q"]
             command += ["--allow-empty", "-m", "x"]
@@ -309,3 +321,156 @@ def test_a_config_passed_without_git_is_one_git_finds_safe(text: str) -> None:
     assert not repo_sweep._plainly_safe(data) or git_says_safe
     if text.startswith("[core]\n\trepositoryformatversion"):
         assert repo_sweep._plainly_safe(data)  # what git writes: no need to ask it
+
+
+def _armed(repo: Path, markers: Path, name: str) -> None:
+    """A repository whose `git status` on the host touches `markers/name` (fsmonitor)."""
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=_env())
+    subprocess.run(
+        ["git", "-C", str(repo), "config", "core.fsmonitor", f"touch {markers}/{name}; false"], env=_env()
+    )
+
+
+def _status(*repos: Path) -> None:
+    for repo in repos:
+        subprocess.run(["git", "status", "--short"], cwd=repo, capture_output=True, env=_env(), timeout=60)
+
+
+def test_more_directories_than_a_sweep_walks_hide_no_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel that makes more directories than one sweep walks (MAX_SWEPT, made small here)
+    puts its repository beyond them: shallow, deep, in a `node_modules` tree (walked last). The
+    background sweeps go on where the last one stopped, and the last sweep walks everything."""
+    monkeypatch.setattr(repo_sweep, "MAX_SWEPT", 30)
+    ws, markers = tmp_path / "ws", tmp_path / "markers"
+    markers.mkdir()
+    for i in range(40):
+        (ws / f"d{i:02}" / "sub").mkdir(parents=True)
+    repos = {
+        "shallow": ws / "zz",
+        "deep": ws / "d39" / "sub" / "a" / "b" / "c",
+        "node-modules": ws / "node_modules" / "pkg" / "x",
+    }
+    for name, repo in repos.items():
+        _armed(repo, markers, name)
+    sweep = repo_sweep.RepoSweep([ws])
+    sweep.since_ns = 0  # everything here is the kernel's
+    found: set[Path] = set()
+    for _ in range(10):  # each walks at most 30 of the ~90 directories
+        found |= set(sweep.sweep(repo_sweep.MAX_SWEPT))
+    assert found >= {repo / ".git" for repo in repos.values()}
+    _status(*repos.values())
+    assert _ran(markers) == set()
+    late = ws / "d39" / "sub" / "late"  # made after those sweeps: the last one walks it all
+    _armed(late, markers, "late")
+    assert sweep.finish() == [late / ".git"]
+    _status(late)
+    assert _ran(markers) == set()
+
+
+#: A `git` first on PATH that runs $IPYBOX_TEST_RACE once (the kernel, acting while the sweep
+#: asks git what a config holds), then the real git.
+_RACING_GIT = (
+    '#!/bin/sh\n[ -f "$IPYBOX_TEST_RACE" ] && sh "$IPYBOX_TEST_RACE" && rm "$IPYBOX_TEST_RACE"\n'
+    'exec {git} "$@"\n'
+)
+
+
+@pytest.mark.parametrize(
+    "swap",
+    [
+        "mv {evil} {git_dir}/config",  # a config renamed into place
+        "cat {evil} > {git_dir}/config",  # written in place
+        "{git} -C {git_dir} config extensions.worktreeConfig true && mv {evil} {git_dir}/config.worktree",
+        "printf '#!/bin/sh\\ntouch {markers}/status\\n' > {git_dir}/hooks/pre-commit"
+        " && chmod +x {git_dir}/hooks/pre-commit",
+    ],
+)
+def test_a_change_made_while_the_sweep_reads_is_looked_at_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap: str
+) -> None:
+    """The kernel sees the sweep read its config (the file's access time) and, while the sweep
+    asks git what it holds, arms the repository: the next sweep disarms it (the state a sweep
+    keeps is the one it looked at, not the one after)."""
+    ws, markers, bin_dir = tmp_path / "ws", tmp_path / "markers", tmp_path / "bin"
+    for path in (markers, bin_dir):
+        path.mkdir()
+    repo = ws / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=_env())
+    git_dir = repo / ".git"
+    (git_dir / "config").write_text("[core] repositoryformatversion = 0\n\tbare = false\n")  # git is asked
+    evil = tmp_path / "evil"
+    evil.write_text(f'[core]\n\tbare = false\n\tfsmonitor = "touch {markers}/status; false"\n')
+    race = tmp_path / "race.sh"
+    real_git = repo_sweep.which("git")
+    race.write_text(swap.format(evil=evil, git_dir=git_dir, markers=markers, git=real_git))
+    (bin_dir / "git").write_text(_RACING_GIT.format(git=real_git))
+    (bin_dir / "git").chmod(0o755)
+    sweep = repo_sweep.RepoSweep([ws])
+    sweep.since_ns = 0
+    monkeypatch.setenv("IPYBOX_TEST_RACE", str(race))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    sweep.sweep()
+    assert not race.exists(), "the kernel's change did not come while the sweep read"
+    monkeypatch.undo()
+    sweep.sweep()
+    subprocess.run(["git", "status", "--short"], cwd=repo, capture_output=True, env=_env(), timeout=60)
+    commit = ["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@example.org", "commit"]
+    subprocess.run([*commit, "-q", "--allow-empty", "-m", "x"], capture_output=True, env=_env(), timeout=60)
+    assert _ran(markers) == set()
+
+
+def _deep(folder: Path, depth: int = 1200) -> None:
+    """`folder` holding a chain of `depth` folders (deeper than Python recurses)."""
+    folder.mkdir()
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+
+
+def test_no_tree_of_the_kernels_stops_the_sweep(tmp_path: Path) -> None:
+    """Deep trees where ipybox sets a config or hooks aside (in the way of the name, or as the
+    hooks themselves, with a file in the way) are moved beside it, never walked to be removed: the
+    repository is disarmed, and so is every other one (a sweep that failed at one stopped them all)."""
+    ws, markers = tmp_path / "ws", tmp_path / "markers"
+    markers.mkdir()
+    repos = [ws / "a", ws / "b", ws / "c", ws / "later"]
+    for repo in repos:
+        _armed(repo, markers, repo.name)
+    _deep(ws / "a" / ".git" / "config.ipybox-disabled")
+    _deep(ws / "b" / ".git" / "hooks.ipybox-disabled")
+    (ws / "b" / ".git" / "hooks" / "pre-commit").write_text(f"#!/bin/sh\ntouch {markers}/b-hook\n")
+    (ws / "b" / ".git" / "hooks" / "pre-commit").chmod(0o755)
+    hooks = ws / "c" / ".git" / "hooks"
+    for sample in hooks.iterdir():
+        sample.unlink()
+    hooks.rmdir()
+    _deep(hooks)  # a deep hooks folder, and a file where it would go
+    (hooks / "post-checkout").write_text(f"#!/bin/sh\ntouch {markers}/c-hook\n")
+    (ws / "c" / ".git" / "hooks.ipybox-disabled").write_text("x")
+    sweep = repo_sweep.RepoSweep([ws])
+    sweep.since_ns = 0
+    try:
+        assert set(sweep.sweep()) == {repo / ".git" for repo in repos}
+        _status(*repos)
+        commit = [
+            "git",
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@example.org",
+            "commit",
+            "-q",
+            "--allow-empty",
+        ]
+        for repo in repos:
+            subprocess.run([*commit, "-m", "x"], cwd=repo, capture_output=True, env=_env(), timeout=60)
+        assert _ran(markers) == set()
+        assert len(list((ws / "a" / ".git").glob("config.ipybox-disabled-*"))) == 1  # the kernel's, kept
+    finally:  # rm walks any depth; pytest's own clean-up (shutil.rmtree) recurses and would fail
+        subprocess.run(["rm", "-rf", str(ws)], check=True)
