@@ -240,6 +240,8 @@ def _is_default_handler(handler: object) -> bool:
 
 async def _close(kernels: KernelPool, parked: ParkedRuns, notebooks: Notebooks) -> None:
     await parked.close()
-    await notebooks.close()  # written before the kernels stop (which may take long) ...
+    # The kernels first: a signal's close has a deadline, and a kernel left running (on a gateway,
+    # in a sandbox) costs more than a notebook written late; the records are in memory, so the
+    # notebooks, written after, still get every cell, also those that ended as the kernels stopped.
     await kernels.close()
-    await notebooks.close()  # ... and again with the cells that ended as they stopped
+    await notebooks.close()
