@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hmac
 import json
 import logging
@@ -113,8 +112,8 @@ class Listener:
             return
         self._connections.add(task)
         self._counted.add(task)
-        call: asyncio.Task[Any] | None = None
         reserved, held = _CONNECTION_BYTES, 0
+        ahead: asyncio.Task[tuple[bytearray, int]] | None = None  # the read that ran beside a call
 
         def uncharge() -> None:  # an approval client's connection: the application's, not the kernel's
             nonlocal reserved, held
@@ -123,28 +122,27 @@ class Listener:
             reserved = held = 0
 
         try:
-            # A client sends its next request only after the reply, so while a call runs this
-            # read sees nothing but a hang-up: one read per request watches both.
             while True:
                 try:
-                    line, held = await self._read_request(reader)
+                    line, held = await (ahead or self._read_request(reader))
                 except _TooLarge as e:
                     await send(writer, {"ok": False, "error": self._too_large(e.size)})
                     continue
+                finally:
+                    ahead = None
                 if not line:
                     self._release(held)
                     break
-                if call is not None and not call.done():  # a client that did not wait: in turn
-                    await asyncio.wait({call})
                 started = await self._handle(line, reader, writer, check_token, uncharge)
                 line = bytearray()  # a call holds what its request parsed to, counted as `held`
                 if started is None:
                     self._release(held)
                     continue
-                if isinstance(started, asyncio.Task):  # held until the call ends
-                    call = started
-                    call.add_done_callback(functools.partial(self._released, held))
-                    call.add_done_callback(lambda done: _reply(writer, done))
+                if isinstance(started, Coroutine):
+                    try:
+                        ahead = await self._call(started, reader, writer, task)
+                    finally:
+                        self._release(held)
                     continue
                 self._release(held)
                 return  # handed over to the approval client, or refused
@@ -155,14 +153,45 @@ class Listener:
             # whose completion callback (Python 3.11) logs cancelled handler tasks as errors.
             pass
         finally:
-            if call is not None and not call.done():  # the caller is gone: abandon its call
-                call.cancel()
-                with contextlib.suppress(BaseException):
-                    await call
+            if ahead is not None:
+                ahead.cancel()
+                await asyncio.wait({ahead})
             self._release(reserved)
             self._connections.discard(task)
             self._counted.discard(task)
             writer.close()
+
+    async def _call(
+        self,
+        call: Coroutine[Any, Any, Any],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        connection: asyncio.Task[None],
+    ) -> asyncio.Task[tuple[bytearray, int]] | None:
+        """Run a call in the connection's task and reply; returns the next request's read, if it
+        ended during the call.
+
+        A client sends its next request only after the reply, so the read started beside the call
+        sees nothing but a hang-up, which cancels the call (the caller is gone). The call runs
+        here rather than in a task of its own so that it starts in the event-loop turn its request
+        arrived in: on the hot path, a turn is a good part of the tool server's own latency.
+        """
+        ahead = asyncio.ensure_future(self._read_request(reader))
+        running = True
+
+        def on_read(read: asyncio.Task[tuple[bytearray, int]]) -> None:
+            if running and not read.cancelled() and (read.exception() is not None or not read.result()[0]):
+                connection.cancel()  # a hang-up (or a broken connection) while the call runs
+
+        ahead.add_done_callback(on_read)
+        try:
+            await _call_and_reply(call, writer)
+        finally:
+            running = False
+        if not ahead.done():  # the usual case: nothing came yet; the connection reads on itself
+            ahead.cancel()
+            await asyncio.wait({ahead})  # after the reply is out: not on the caller's path
+        return None if ahead.cancelled() else ahead
 
     async def _admit(self, writer: asyncio.StreamWriter) -> bool:
         """Take a new connection within the limits (its read buffers reserved), or refuse it."""
@@ -181,9 +210,9 @@ class Listener:
         writer: asyncio.StreamWriter,
         check_token: bool,
         uncharge: Callable[[], None],
-    ) -> asyncio.Task[Any] | bool | None:
-        """Act on one request: the call it started, None when answered at once, or False when the
-        connection is done (handed over to an approval client, or refused)."""
+    ) -> Coroutine[Any, Any, Any] | bool | None:
+        """Act on one request: the call it asks for (to run), None when answered at once, or False
+        when the connection is done (handed over to an approval client, or refused)."""
         parsing = 2 * len(line)  # json.loads decodes the line to a str, then parses that
         if not self._reserve(parsing):
             await send(writer, {"ok": False, "error": self._too_large(len(line))})
@@ -208,7 +237,7 @@ class Listener:
         if isinstance(started, dict):
             await send(writer, started)
             return None
-        return asyncio.ensure_future(started)
+        return started
 
     async def _read_request(self, reader: asyncio.StreamReader) -> tuple[bytearray, int]:
         """The next request line (empty at the end) and the bytes of the budget it holds.
@@ -248,9 +277,6 @@ class Listener:
     def _release(self, held: int) -> None:
         self.buffered -= held
 
-    def _released(self, held: int, _: object) -> None:
-        self._release(held)
-
     async def _refuse_connection(self, writer: asyncio.StreamWriter, error: str) -> None:
         with contextlib.suppress(ConnectionError):
             await send(writer, {"ok": False, "error": error})
@@ -289,19 +315,19 @@ class Listener:
         return hmac.compare_digest(str(request.get("token", "")).encode(), self._token)
 
 
-def _reply(writer: asyncio.StreamWriter, call: asyncio.Future[Any]) -> None:
-    """Send a finished call's result or error (not a cancelled one's: nobody waits for it)."""
-    if call.cancelled() or writer.is_closing():
-        return
-    error = call.exception()
-    if error is None:
-        message: dict[str, Any] = {"ok": True, "result": call.result()}
-    elif isinstance(error, ToolCallError):
+async def _call_and_reply(call: Coroutine[Any, Any, Any], writer: asyncio.StreamWriter) -> None:
+    """Run a call and send its result or error, in the call's own task (a cancelled call sends
+    nothing: nobody waits for it). Written at once, not from a done callback: that would cost
+    the reply an event-loop turn."""
+    try:
+        message: dict[str, Any] = {"ok": True, "result": await call}
+    except ToolCallError as error:
         message = {"ok": False, "error": str(error), "rejected": error.rejected}
-    else:  # a bug in the call: the kernel gets its name rather than a hang
+    except Exception as error:  # a bug in the call: the kernel gets its name rather than a hang
         logger.error("tool server call failed", exc_info=error)
         message = {"ok": False, "error": f"tool server error: {type(error).__name__}: {error}"}
-    writer.write(json.dumps(message).encode() + b"\n")
+    if not writer.is_closing():
+        writer.write(json.dumps(message).encode() + b"\n")
 
 
 def _allocated(size: int) -> int:

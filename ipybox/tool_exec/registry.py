@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,8 @@ def module_dirs(kernel_env: Mapping[str, str], working_dir: Path) -> list[Path]:
     return [(working_dir / entry).resolve() for entry in entries if entry]
 
 
-def _canonical(params: Mapping[str, Any]) -> str:
+def canonical(params: Mapping[str, Any]) -> str:
+    """`params` as registrations keep them: JSON, keys sorted, no spaces."""
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
@@ -97,10 +98,10 @@ def register(server_name: str, params: Mapping[str, Any], workspace: Path | None
     path = registry_file(workspace)
     servers = _load(path)
     known = servers.setdefault(server_name, [])
-    canonical = _canonical(params)
-    if canonical in known:
+    entry = canonical(params)
+    if entry in known:
         return
-    known.append(canonical)
+    known.append(entry)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     data: dict[str, Any] = {"servers": servers}
     if workspace is not None:
@@ -114,10 +115,17 @@ def register(server_name: str, params: Mapping[str, Any], workspace: Path | None
 def is_registered(server_name: str, params: Mapping[str, Any], workspace: Path | None = None) -> bool:
     """Whether `register()` was called for this name and params (by any process) in `workspace` or
     for every workspace. Without `workspace`: in any workspace at all (for tests and tools)."""
-    canonical = _canonical(params)
     if workspace is not None:
-        state, cwd = _state_path(), os.getcwd()
-        files = [_registry_file(state, str(workspace), cwd), _registry_file(state, None, cwd)]
-    else:
-        files = [str(registry_file(None)), *map(str, sorted((state_dir() / "workspaces").glob("*.json")))]
-    return any(canonical in _entries(path).get(server_name, ()) for path in files)
+        return is_registered_in(server_name, canonical(params), (Path(os.getcwd(), workspace),))
+    files = [str(registry_file(None)), *map(str, sorted((state_dir() / "workspaces").glob("*.json")))]
+    entry = canonical(params)
+    return any(entry in _entries(path).get(server_name, ()) for path in files)
+
+
+def is_registered_in(server_name: str, canonical_params: str, workspaces: Iterable[Path]) -> bool:
+    """`is_registered` in any of `workspaces` (absolute) or for every workspace, the params given
+    in `canonical()` form: a tool server's check of each call, so every step is cached or done once."""
+    state = _state_path()
+    files = [_registry_file(state, str(place), "/") for place in workspaces]
+    files.append(_registry_file(state, None, "/"))
+    return any(canonical_params in _entries(path).get(server_name, ()) for path in files)

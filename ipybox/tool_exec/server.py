@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import sys
@@ -139,16 +140,17 @@ class ToolServer(Service):
         """Close all started MCP servers; they restart on their next call."""
         await self._pool.close()
 
-    def allows(self, server_name: str, server_params: Mapping[str, Any]) -> bool:
-        """Whether the application registered this server with exactly these parameters here."""
+    def allows(
+        self, server_name: str, server_params: Mapping[str, Any], canonical: str | None = None
+    ) -> bool:
+        """Whether the application registered this server with exactly these parameters here
+        (`canonical`: the parameters in `registry.canonical` form, if the caller has them)."""
         if server_name == SHELL_SERVER:  # reserved: its requests would look like shell approvals
             return False
         if server_name in self._servers:
             return self._servers[server_name] == dict(server_params)
-        return any(
-            registry.is_registered(server_name, server_params, place)
-            for place in (self.workspace, *self.module_dirs)
-        )
+        canonical = canonical or registry.canonical(server_params)
+        return registry.is_registered_in(server_name, canonical, (self.workspace, *self.module_dirs))
 
     def _unregistered(self, server_name: str) -> str:
         places = f"workspace {self.workspace}"
@@ -178,11 +180,15 @@ class ToolServer(Service):
         secrets: set[str] = set()
         refusal: dict[str, Any] = {}  # the variables and rule of a refused placeholder
         try:
-            if not isinstance(server_params, Mapping) or not self.allows(server_name, server_params):
+            if not isinstance(server_params, Mapping):
                 raise ToolCallError(self._unregistered(server_name))
-            # the environment is read only for parameters with placeholders (most have none)
+            canonical = registry.canonical(server_params)
+            if not self.allows(server_name, server_params, canonical):
+                raise ToolCallError(self._unregistered(server_name))
+            # the environment is read only for parameters with placeholders (most have none; JSON
+            # never escapes "$" or "{", so the canonical form holds every "${" the params hold)
             env: dict[str, str] = {}
-            if names := placeholders.placeholder_names(server_params):
+            if "${" in canonical and (names := placeholders.placeholder_names(server_params)):
                 env = self.placeholders.values()
                 secrets = {env[name] for name in names if name in env}
                 if self.audit is not None:
@@ -207,13 +213,19 @@ class ToolServer(Service):
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
             message = placeholders.redact(str(e), secrets)
-            self._settled(record, decision, by, secrets, error=message, **refusal)
+            self._settle_soon(record, decision, by, secrets, error=message, **refusal)
             raise ToolCallError(message, rejected=e.rejected) from None
         except BaseException:
             self._audit(**record, decision=decision, outcome="cancelled")
             raise
-        self._settled(record, decision, by, secrets, result=encoded)
+        self._settle_soon(record, decision, by, secrets, result=encoded)
         return encoded
+
+    def _settle_soon(self, *args: Any, **kwargs: Any) -> None:
+        """`_settled`, in the event loop's next turn: after the kernel has its reply (which goes
+        out in this turn), so that the audit record and the observers (the session notebook) add
+        nothing to a call's latency. Nothing can observe the call's end in between."""
+        asyncio.get_running_loop().call_soon(functools.partial(self._settled, *args, **kwargs))
 
     def _settled(
         self,
