@@ -33,3 +33,5 @@ _.save_notebook
 cells_run
 cells_skipped
 _.automatic
+# Tests ask it whether generate_mcp_sources registered a server (the tool server asks is_registered_in).
+is_registered

@@ -26,6 +26,7 @@ from ipybox.kernel_mgr.deadline import Deadline, Overtaken, race
 from ipybox.kernel_mgr.in_kernel import MESSAGE_BYTES_VAR
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.output import KernelEvent, OutputCollector
+from ipybox.kernel_mgr.relay import Relay
 from ipybox.upstream import adopt_kernel_info
 
 logger = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ class Kernel:
         self._name = f"k{secrets.token_hex(4)}"
         self._process: asyncio.subprocess.Process | None = None
         self._client: AsyncKernelClient | None = None
-        self._drops: iopub.DropWatch | None = None
+        self._relay: Relay | None = None
         self._exited: asyncio.Task[int] | None = None
         self._stderr_task: asyncio.Task[None] | None = None
 
@@ -204,11 +205,13 @@ class Kernel:
             raise
         self._exited = asyncio.create_task(_exit_status(self._process))
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
+            ports = range(1, len(_CHANNELS) + 1)
+            self._relay = Relay(str(self._runtime_dir / self._name), ports, self._limits.message_bytes)
             client = AsyncKernelClient()
             iopub.bound(client, self._limits.message_bytes)
             client.load_connection_file(str(conn_file))
+            client.ip = await self._relay.start()  # the host's sockets reach the kernel through it
             client.start_channels(hb=False)  # the process itself is watched; no heartbeat thread needed
-            self._drops = iopub.DropWatch(client.iopub_channel.socket)
         except BaseException:
             await asyncio.shield(self.stop())
             raise
@@ -359,36 +362,24 @@ class Kernel:
         return f"[ipybox] A process of this kernel was killed (SIGKILL): {self._cgroup.memory_note()}."
 
     async def _drain_iopub(self, client: AsyncKernelClient, msg_id: str, collector: OutputCollector) -> None:
-        """Pass the request's output to `collector` until the kernel says it is idle.
-
-        Where a message over `message_bytes` was dropped (with it, the connection and maybe the
-        idle status), the cell is told, and a probe (`kernel_info`, which the kernel answers only
-        after the cell) ends the wait instead: the kernel's status for it comes after all of the
-        cell's output. It is sent once iopub is connected again (the kernel's welcome), or after
-        a second without messages.
-        """
-        assert self._drops is not None
-        drops = self._drops.drops
-        probe: str | None = None
-        dropped = untold = False
+        """Pass the request's output to `collector` until the kernel says it is idle; where the
+        relay dropped a message over `message_bytes` (see `relay`), the output says so."""
+        assert self._relay is not None
+        drops = self._relay.drops
         while True:
             try:
                 msg = await client.get_iopub_msg(timeout=1)
             except Empty:
-                msg = None
-            if self._drops.drops > drops:
-                drops, probe, dropped, untold = self._drops.drops, None, True, True
-            if untold and msg is not None:  # connected again: a message was dropped, not the kernel
-                collector.note(iopub.dropped_note(self._limits.message_bytes))
-                untold = False
-            welcome = msg is not None and msg["msg_type"] == "iopub_welcome"  # connected again
-            if dropped and probe is None and (msg is None or welcome):  # connected again, or a quiet second
-                probe = client.kernel_info()
-            if msg is None:
                 continue
+            except ValueError as e:  # not a Jupyter message (no delimiter, a bad signature): skipped
+                logger.warning("skipped a malformed message from kernel %s: %s", self.pid, e)
+                continue
+            if self._relay.drops > drops:  # dropped before this message was passed on
+                drops = self._relay.drops
+                collector.note(iopub.dropped_note(self._limits.message_bytes))
             parent = msg["parent_header"].get("msg_id")
             if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
-                if parent in (msg_id, probe):
+                if parent == msg_id:
                     return
             elif parent == msg_id:
                 collector.add(msg)
@@ -440,13 +431,13 @@ class Kernel:
 
     async def stop(self, grace: float = 2) -> None:
         """Kill the kernel's whole process group (and cgroup, if it has one) and remove its files."""
-        if self._drops is not None:
-            self._drops.close()
-            self._drops = None
         if self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.stop_channels()
             self._client = None
+        if self._relay is not None:
+            await self._relay.close()
+            self._relay = None
         process = self._process
         if process is not None and process.returncode is None:
             # while the kernel lives, escaped processes (setsid, daemons) are still its descendants

@@ -1,7 +1,8 @@
 """Floods from one kernel bound what the host process holds for it, and leave another kernel alone.
 
-One kernel displays 40 images of 4 MiB (160 MiB), writes 10 messages of 12 MiB straight to its
-iopub socket (past ipybox's code in the kernel, as a hostile kernel can), and opens 16
+One kernel displays 40 images of 4 MiB (160 MiB), writes 10 messages of 12 MiB and one message
+of 100 parts of 1 MiB each straight to its iopub socket (past ipybox's code in the kernel, as a
+hostile kernel can), and opens 16
 connections to its tool server, each sending 24 MiB without a newline, under small limits;
 another kernel of the same process runs cells and tool calls meanwhile. What the host kept is
 asserted (the images within `image_bytes`, the request bytes within `tool_buffer`), and so is its
@@ -47,6 +48,18 @@ for _ in range(10):
     content = {"data": {"image/png": "A" * (12 * 2**20)}, "metadata": {}}
     msg = pub.session.msg("display_data", content, parent=pub.parent_header)
     pub.session.send(pub.pub_socket, msg, ident=pub.topic)
+print("sent")
+"""
+PARTS = """
+import threading
+io = get_ipython().display_pub.pub_socket.io_thread  # ipykernel's iopub thread and its ZMQ socket
+sent = threading.Event()
+def send():
+    io.socket.send_multipart([b"x" * 2**20] * 100)  # one message of 100 parts, each under the limit
+    io.socket.send_multipart([b"not", b"a", b"jupyter", b"message"])  # and a small malformed one
+    sent.set()
+io.schedule(send)
+sent.wait(60)
 print("sent")
 """
 SOCKETS = """
@@ -136,6 +149,16 @@ async def test_floods_from_one_kernel_keep_host_memory_bounded(
         assert "sent" in text and "larger than 8.0 MiB, the most ipybox takes in one message" in text
         growth = _kib("VmHWM:") - base
         values["raw_peak_growth_mib"] = growth // MIB
+        assert not measured or growth <= IN_FLIGHT + MARGIN, values
+
+        _reset_peak()
+        base = _kib("VmRSS:")
+        parts = asyncio.ensure_future(flooder.execute(PARTS, timeout=240))
+        values["other_runs_parts"] = await _meanwhile(other, parts)
+        text = (await parts).text or ""
+        assert "sent" in text and "larger than 8.0 MiB, the most ipybox takes in one message" in text
+        growth = _kib("VmHWM:") - base
+        values["parts_peak_growth_mib"] = growth // MIB
         assert not measured or growth <= IN_FLIGHT + MARGIN, values
 
         _reset_peak()
