@@ -1,0 +1,136 @@
+"""The relay between the host's ZMQ sockets and a kernel's: whole messages within the limit pass,
+larger ones (however many parts) are dropped with the connection kept, anything but ZMTP 3 ends it.
+
+Real ZMQ sockets on both sides (a ROUTER or PUB bound where a kernel binds, a DEALER or SUB of the
+host connected through the relay), and the frame parser fed a real ZMTP stream in random pieces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+from pathlib import Path
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from ipybox.kernel_mgr.relay import Frames, ProtocolViolation, Relay
+
+LIMIT = 64 * 1024
+GREETING = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x01" + b"NULL".ljust(20, b"\0") + b"\0" * 32
+
+
+def _frame(body: bytes, more: bool = False, command: bool = False) -> bytes:
+    flags = (0x01 if more else 0) | (0x04 if command else 0)
+    if len(body) > 255:
+        return bytes([flags | 0x02]) + struct.pack(">Q", len(body)) + body
+    return bytes([flags, len(body)]) + body
+
+
+def _message(parts: list[bytes]) -> bytes:
+    return b"".join(_frame(part, more=i < len(parts) - 1) for i, part in enumerate(parts))
+
+
+def test_frames_pass_whole_messages_within_the_limit_in_any_pieces() -> None:
+    messages = [[b"a" * 10, b"b" * 300], [b"c"], [b"x" * 5000] * 3, [b"d" * 2, b""], [b"e" * 100]]
+    stream = GREETING + _frame(b"\x05READY", command=True) + b"".join(map(_message, messages))
+    rng = random.Random(7)
+    for limit in (None, 10_000, 400):
+        expected = GREETING + _frame(b"\x05READY", command=True)
+        expected += b"".join(_message(m) for m in messages if limit is None or len(_message(m)) <= limit)
+        dropped = sum(limit is not None and len(_message(m)) > limit for m in messages)
+        for _ in range(50):
+            frames, out, pos = Frames(limit), bytearray(), 0
+            while pos < len(stream):
+                step = rng.randint(1, 700)
+                out += frames.feed(stream[pos : pos + step])
+                pos += step
+            assert bytes(out) == expected and frames.drops == dropped
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b"GET / HTTP/1.1\r\n",  # not ZMTP
+        GREETING[:10] + b"\x02" + GREETING[11:],  # ZMTP 2
+        GREETING[:12] + b"CURVE".ljust(20, b"\0") + GREETING[32:],  # another mechanism
+        GREETING + b"\x80\x01x",  # unknown frame flags
+    ],
+)
+def test_frames_refuse_anything_but_zmtp3_null(stream: bytes) -> None:
+    with pytest.raises(ProtocolViolation):
+        Frames(LIMIT).feed(stream)
+
+
+async def _through_relay(tmp_path: Path, bound: int, connecting: int) -> tuple[zmq.asyncio.Socket, ...]:
+    context = zmq.asyncio.Context.instance()
+    kernel_ip = str(tmp_path / "kernel")
+    kernel = context.socket(bound)
+    kernel.bind(f"ipc://{kernel_ip}-1")
+    relay = Relay(kernel_ip, [1], LIMIT)
+    host_ip = await relay.start()
+    host = context.socket(connecting)
+    if connecting == zmq.SUB:
+        host.setsockopt(zmq.SUBSCRIBE, b"")
+    host.connect(f"ipc://{host_ip}-1")
+    return kernel, host, relay  # type: ignore[return-value]
+
+
+async def test_a_message_over_the_limit_is_dropped_and_the_connection_kept(tmp_path: Path) -> None:
+    kernel, host, relay = await _through_relay(tmp_path, zmq.PUB, zmq.SUB)
+    try:
+        for _ in range(100):  # until the subscription went through the relay
+            await kernel.send(b"hello")
+            if await host.poll(20):
+                break
+        assert await host.recv() == b"hello"
+        for parts in ([b"x" * LIMIT], [b"y" * 1024] * 200, [b"z" * (LIMIT // 2)] * 3):  # one part, many, few
+            await kernel.send_multipart(parts)
+            await kernel.send_multipart([b"after", str(len(parts)).encode()])
+            assert await asyncio.wait_for(host.recv_multipart(), 5) == [b"after", str(len(parts)).encode()]
+        assert relay.drops == 3
+        within = [b"w" * 1000] * 60  # 60 KB in 60 parts: passes whole
+        await kernel.send_multipart(within)
+        assert await asyncio.wait_for(host.recv_multipart(), 5) == within
+    finally:
+        await relay.close()
+        kernel.close(0)
+        host.close(0)
+
+
+async def test_requests_and_replies_pass_both_ways(tmp_path: Path) -> None:
+    kernel, host, relay = await _through_relay(tmp_path, zmq.ROUTER, zmq.DEALER)
+    try:
+        await host.send_multipart([b"request", b"1"])  # sent before the relay reached the kernel
+        ident, *request = await asyncio.wait_for(kernel.recv_multipart(), 5)
+        assert request == [b"request", b"1"]
+        await kernel.send_multipart([ident, b"reply", b"x" * (LIMIT + 1)])  # over: dropped
+        await kernel.send_multipart([ident, b"reply", b"2"])
+        assert await asyncio.wait_for(host.recv_multipart(), 5) == [b"reply", b"2"]
+    finally:
+        await relay.close()
+        kernel.close(0)
+        host.close(0)
+
+
+async def test_a_peer_speaking_something_else_is_disconnected(tmp_path: Path) -> None:
+    kernel_ip = str(tmp_path / "kernel")
+    fake = await asyncio.start_unix_server(_say_http, f"{kernel_ip}-1")
+    relay = Relay(kernel_ip, [1], LIMIT)
+    host_ip = await relay.start()
+    try:
+        reader, writer = await asyncio.open_unix_connection(f"{host_ip}-1")
+        writer.write(GREETING)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing of the fake's passed on
+        writer.close()
+    finally:
+        await relay.close()
+        fake.close()
+
+
+async def _say_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    await reader.read()
+    writer.close()
