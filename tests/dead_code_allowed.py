@@ -35,3 +35,9 @@ cells_skipped
 _.automatic
 # Tests ask it whether generate_mcp_sources registered a server (the tool server asks is_registered_in).
 is_registered
+# asyncio calls them on a Protocol (the kernel relay's ends).
+_.connection_made
+_.data_received
+_.pause_writing
+_.resume_writing
+_.connection_lost
