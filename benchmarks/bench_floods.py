@@ -6,7 +6,8 @@ in issue #27), which reports its RSS after one ordinary cell (the baseline) and 
 
 - images: one cell displays a 24 MiB PNG 40 times (384 MiB kernel memory limit);
 - images-raw: the same 40 messages written straight to the kernel's iopub socket, past anything
-  ipybox sets up inside the kernel (what a hostile kernel can do);
+  ipybox sets up inside the kernel (what a hostile kernel can do; the kernel is sandboxed);
+- parts: one message of 250 parts of 1 MiB written to the kernel's ZMQ socket itself (sandboxed);
 - images-kept: a 6 MiB PNG 40 times, so the result keeps images up to `image_bytes`;
 - sockets: 24 connections to the kernel's tool server, each sending 60 MiB without a newline
   (256 MiB kernel memory limit).
@@ -31,6 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import environ, node_bin_path
+
 from ipybox import CodeExecutor, ResourceLimits
 
 MIB = 1 << 20
@@ -53,6 +56,17 @@ for _ in range(40):
     pub.session.send(pub.pub_socket, msg, ident=pub.topic)
 print("sent")
 """
+_PARTS = """
+import threading
+io = get_ipython().display_pub.pub_socket.io_thread
+sent = threading.Event()
+def send():
+    io.socket.send_multipart([b"x" * 2**20] * 250)
+    sent.set()
+io.schedule(send)
+sent.wait(120)
+print("sent")
+"""
 _SOCKETS = """
 import os, socket, threading
 def one():
@@ -69,10 +83,13 @@ for t in threads: t.start()
 for t in threads: t.join()
 print("sent")
 """
+#: Floods past ipybox's code in the kernel: what a sandboxed (possibly hostile) kernel can do.
+SANDBOXED = {"images-raw", "parts"}
 FLOODS = {
     "images": (_DISPLAY.format(size=24 * MIB), 384 * MIB),
     "images-raw": (_RAW.format(size=24 * MIB), 384 * MIB),
     "images-kept": (_DISPLAY.format(size=6 * MIB), 384 * MIB),
+    "parts": (_PARTS, 384 * MIB),
     "sockets": (_SOCKETS, 256 * MIB),
 }
 
@@ -95,8 +112,10 @@ def bound(limits: ResourceLimits, flood: str) -> int:
 async def one(flood: str) -> dict[str, object]:
     code, memory = FLOODS[flood]
     limits = ResourceLimits(memory=memory)
-    with tempfile.TemporaryDirectory() as tmp:
-        async with CodeExecutor(working_dir=Path(tmp), spare_kernel=False, limits=limits) as executor:
+    sandbox = flood in SANDBOXED
+    with tempfile.TemporaryDirectory() as tmp, environ(PATH=node_bin_path()):  # srt, for the sandbox
+        executor = CodeExecutor(working_dir=Path(tmp), spare_kernel=False, limits=limits, sandbox=sandbox)
+        async with executor:
             await executor.execute("print(1)")
             Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here
             base = _status("VmRSS:")

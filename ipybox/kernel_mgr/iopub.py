@@ -5,9 +5,10 @@ queues up to 1,000 of them per socket: a kernel displaying large images faster t
 handles them made the host hold hundreds of MiB that no per-cell limit could reach. Each socket
 of a kernel's client queues at most `QUEUE` messages (`RCVHWM`): past that ZMQ stops reading,
 so the kernel's side waits and holds what it has not sent (in the kernel's own memory, under
-its own limit). Messages larger than `message_bytes`, all parts counted, never reach ZMQ: the
-relay between the host's sockets and the kernel's drops them (`ipybox.kernel_mgr.relay`), and
-the cell's output says so; ZMQ's own `MAXMSGSIZE` (per part) stays set behind it.
+its own limit). ipybox's code in the kernel keeps ordinary output within `message_bytes` per
+message; from a sandboxed kernel, which may write to its sockets past that code, messages
+larger than that, all parts counted, never reach ZMQ: the relay between the host's sockets
+and the kernel's drops them (`ipybox.kernel_mgr.relay`), and the cell's output says so.
 """
 
 from __future__ import annotations
@@ -21,12 +22,9 @@ from ipybox.kernel_mgr.limits import format_size
 QUEUE = 1
 
 
-def bound(client: AsyncKernelClient, message_bytes: int | None) -> None:
-    """Bound every socket `client` creates from now on (call before `start_channels`)."""
-    context = client.context  # the client's own: these defaults reach no other kernel's sockets
-    context.setsockopt(zmq.RCVHWM, QUEUE)
-    if message_bytes is not None:
-        context.setsockopt(zmq.MAXMSGSIZE, message_bytes)
+def bound(client: AsyncKernelClient) -> None:
+    """Bound the queue of every socket `client` creates from now on (call before `start_channels`)."""
+    client.context.setsockopt(zmq.RCVHWM, QUEUE)  # the client's own: no other kernel's sockets
 
 
 def dropped_note(message_bytes: int | None) -> str:

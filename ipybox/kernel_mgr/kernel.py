@@ -131,6 +131,10 @@ class Kernel:
     `env` is the environment of the launch command (`command_prefix`, e.g. the sandbox's
     programs, then the kernel); `kernel_env` holds variables for the kernel alone, which the
     kernel's launcher sets once every program of the prefix has started (see `launch`).
+    A `relayed` kernel's sockets are reached through a `Relay`, which drops any message over
+    `limits.message_bytes`: what a sandboxed kernel needs, as it may be hostile to the host; an
+    unsandboxed one runs as the user and could end the host process anyway, so it is connected
+    directly (ipybox's code in the kernel keeps its ordinary output within the limit).
     """
 
     def __init__(
@@ -143,8 +147,10 @@ class Kernel:
         *,
         own_dir: bool = False,
         kernel_env: Mapping[str, str] | None = None,
+        relayed: bool = False,
     ) -> None:
         self._runtime_dir = runtime_dir
+        self._relayed = relayed  # through a `Relay`: for a kernel that cannot reach the host otherwise
         self._own_dir = own_dir  # `runtime_dir` is this kernel's alone: removed whole by stop()
         self._cwd = cwd
         self._env = dict(env)
@@ -205,12 +211,13 @@ class Kernel:
             raise
         self._exited = asyncio.create_task(_exit_status(self._process))
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
-            ports = range(1, len(_CHANNELS) + 1)
-            self._relay = Relay(str(self._runtime_dir / self._name), ports, self._limits.message_bytes)
             client = AsyncKernelClient()
-            iopub.bound(client, self._limits.message_bytes)
+            iopub.bound(client)
             client.load_connection_file(str(conn_file))
-            client.ip = await self._relay.start()  # the host's sockets reach the kernel through it
+            if self._relayed:  # the host's sockets reach the kernel through it
+                ports = range(1, len(_CHANNELS) + 1)
+                self._relay = Relay(str(self._runtime_dir / self._name), ports, self._limits.message_bytes)
+                client.ip = await self._relay.start()
             client.start_channels(hb=False)  # the process itself is watched; no heartbeat thread needed
         except BaseException:
             await asyncio.shield(self.stop())
@@ -364,8 +371,8 @@ class Kernel:
     async def _drain_iopub(self, client: AsyncKernelClient, msg_id: str, collector: OutputCollector) -> None:
         """Pass the request's output to `collector` until the kernel says it is idle; where the
         relay dropped a message over `message_bytes` (see `relay`), the output says so."""
-        assert self._relay is not None
-        drops = self._relay.drops
+        relay = self._relay
+        drops = relay.drops if relay is not None else 0
         while True:
             try:
                 msg = await client.get_iopub_msg(timeout=1)
@@ -374,8 +381,8 @@ class Kernel:
             except ValueError as e:  # not a Jupyter message (no delimiter, a bad signature): skipped
                 logger.warning("skipped a malformed message from kernel %s: %s", self.pid, e)
                 continue
-            if self._relay.drops > drops:  # dropped before this message was passed on
-                drops = self._relay.drops
+            if relay is not None and relay.drops > drops:  # dropped before this message was passed on
+                drops = relay.drops
                 collector.note(iopub.dropped_note(self._limits.message_bytes))
             parent = msg["parent_header"].get("msg_id")
             if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":

@@ -114,6 +114,7 @@ class LocalBackend:
                 limits,
                 own_dir=True,
                 kernel_env=own,
+                relayed=True,
             )
 
         return new_kernel

@@ -1,8 +1,8 @@
 """Floods from one kernel bound what the host process holds for it, and leave another kernel alone.
 
-One kernel displays 40 images of 4 MiB (160 MiB), writes 10 messages of 12 MiB and one message
-of 100 parts of 1 MiB each straight to its iopub socket (past ipybox's code in the kernel, as a
-hostile kernel can), and opens 16
+One kernel (sandboxed, as a hostile one would be) displays 40 images of 4 MiB (160 MiB), writes
+10 messages of 12 MiB and one message of 100 parts of 1 MiB each straight to its iopub socket
+(past ipybox's code in the kernel, as a hostile kernel can), and opens 16
 connections to its tool server, each sending 24 MiB without a newline, under small limits;
 another kernel of the same process runs cells and tool calls meanwhile. What the host kept is
 asserted (the images within `image_bytes`, the request bytes within `tool_buffer`), and so is its
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from internals import tool_server_buffered
+from servers.launch import SANDBOX_PATH, require_sandbox
 
 from ipybox import CodeExecutor, ResourceLimits
 
@@ -116,12 +117,14 @@ async def _most_buffered(executor: CodeExecutor, until: asyncio.Future[object]) 
 
 @pytest.mark.timeout(300)
 async def test_floods_from_one_kernel_keep_host_memory_bounded(
-    workspace: Workspace, figures: Figures
+    workspace: Workspace, figures: Figures, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    require_sandbox()  # skipped where no sandbox can run (failed in CI)
+    monkeypatch.setenv("PATH", SANDBOX_PATH)
     workspace.register()
     values: dict[str, object] = {}
     async with (
-        CodeExecutor(working_dir=workspace.root, spare_kernel=False, limits=LIMITS) as flooder,
+        CodeExecutor(working_dir=workspace.root, spare_kernel=False, limits=LIMITS, sandbox=True) as flooder,
         CodeExecutor(working_dir=workspace.root, spare_kernel=False) as other,
     ):
         await other.execute("print(1)")
