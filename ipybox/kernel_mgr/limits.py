@@ -24,10 +24,11 @@ class ResourceLimits:
     - `images`, `image_bytes`: images (their PNG bytes) kept per execution. Past either, further
       images are dropped as they arrive and the output says how many, which limit and how to
       raise it. Default 200 images, 128 MiB.
-    - `message_bytes`: the largest message (each part of it) the host takes from the kernel at
+    - `message_bytes`: the largest message (all its parts) the host takes from the kernel at
       once: an image up to about three quarters of it (base64), a printed text up to it (the
-      kernel sends longer texts in pieces). ZMQ drops a larger one, and the output says so. It
-      bounds what the host holds in flight for the kernel to a few such messages. Default 32 MiB.
+      kernel sends longer texts in pieces). From a sandboxed kernel, a larger one is dropped by
+      ipybox's relay, and the output says so. It bounds what the host holds in flight for the
+      kernel to a few such messages. Default 32 MiB.
     - `tool_connections`: connections the kernel may hold open to its tool server at once (each
       thread that calls tools keeps one); more are refused with an error the calling code
       raises. Default 64.

@@ -1,9 +1,9 @@
 """Carries a kernel's ZMQ connections through the host, forwarding what the kernel sends one whole
 message at a time, so that no message larger than the limit, counting all its parts, reaches ZMQ.
 
-ZMQ limits each part of a message (`MAXMSGSIZE`), and stores all the parts of a message before it
-counts the message against its queue: a kernel that wrote one message of very many parts to its
-socket made the host hold all of them. Here the host's sockets connect to a relay in a directory
+ZMQ can limit each part of a message (`MAXMSGSIZE`), but stores all the parts of a message
+before it counts the message against its queue: a kernel that wrote one message of very many
+parts to its socket made the host hold all of them. Here the host's sockets connect to a relay in a directory
 of the host's own, and the relay connects on to the kernel's sockets: what the host sends passes
 unchanged; what the kernel sends is read as ZMTP 3 frames, and each message is held until its
 last part came (then sent on) or it grew past `limit` (then it is dropped, its remaining parts
