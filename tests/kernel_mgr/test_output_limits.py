@@ -4,8 +4,9 @@ Images are kept up to `ResourceLimits.images` and `image_bytes`: past them each 
 arrives, and the cell's output says how many, which limit and how to raise it; its text and the
 images within the limits stay. Live chunks a slow reader has not taken stay within `output`.
 No single message over `message_bytes` is taken in at all: the kernel's side sends long text in
-pieces and replaces a display too large for one message by a line; a message written past that
-(as a hostile kernel can) is dropped by ZMQ, and the cell says so and still ends.
+pieces and replaces a display too large for one message by a line; a message a sandboxed kernel
+writes past that (as a hostile kernel can) is dropped by ipybox's relay, and the cell says so and
+still ends.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from servers.launch import eventually
+from servers.launch import SANDBOX_PATH, eventually, require_sandbox
 
 from ipybox import CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor, ResourceLimits
 from ipybox.kernel_mgr import cell as cell_module
@@ -95,12 +96,11 @@ DROPPED = "larger than 1.0 MiB, the most ipybox takes in one message (ResourceLi
 
 
 @pytest.mark.timeout(120)
-async def test_messages_over_the_size_limit_are_dropped_and_said(tmp_path: Path) -> None:
+async def test_ordinary_output_stays_within_the_message_limit(tmp_path: Path) -> None:
     limits = ResourceLimits(message_bytes=1 * MIB)
     async with CodeExecutor(working_dir=tmp_path, spare_kernel=False, limits=limits) as executor:
-        await executor.execute(SHOW + RAW)
-
-        # ordinary code: long text arrives whole (in pieces), an image too large is replaced by a line
+        await executor.execute(SHOW)
+        # long text arrives whole (in pieces), an image too large is replaced by a line
         text = (await executor.execute("print('x' * 3_000_000 + 'end')")).text
         assert text is not None and len(text) == 3_000_003 and text.endswith("end")
         result = await executor.execute("show(2 * 2**20, 1)\nshow(1000, 1)\nprint('after')")
@@ -108,7 +108,19 @@ async def test_messages_over_the_size_limit_are_dropped_and_said(tmp_path: Path)
         assert result.text.startswith("[ipybox] An output of 2.7 MiB (image/png, text/plain) was not sent")
         assert "(ResourceLimits.message_bytes, ipybox --max-message-bytes)" in result.text
 
-        # written past the kernel's hooks: dropped, said, and the cell ends; also as its last output
+
+@pytest.mark.timeout(180)
+async def test_messages_over_the_size_limit_are_dropped_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_sandbox()  # written past the kernel's hooks: what a (sandboxed) hostile kernel does
+    monkeypatch.setenv("PATH", SANDBOX_PATH)
+    executor = CodeExecutor(
+        working_dir=tmp_path, spare_kernel=False, limits=ResourceLimits(message_bytes=1 * MIB), sandbox=True
+    )
+    async with executor:
+        await executor.execute(RAW)
+        # dropped, said, and the cell ends; also as its last output
         for code in (
             "raw('display_data', 2 * 2**20)\nprint('after')",
             "raw('stream', 2 * 2**20)\nprint('after')",
