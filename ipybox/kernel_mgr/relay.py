@@ -230,9 +230,10 @@ class Relay:
                 return
         kernel.other, host.other = host, kernel
         assert kernel.transport is not None and host.transport is not None
-        for data in host.waiting:
-            kernel.transport.write(data)
-        host.waiting.clear()
+        for end in (host, kernel):  # what either read before they were joined
+            for data in end.waiting:
+                end.other.transport.write(data)  # type: ignore[union-attr]
+            end.waiting.clear()
         if host.transport.is_closing():
             kernel.close()
 
