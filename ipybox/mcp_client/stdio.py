@@ -88,6 +88,7 @@ class StderrTail(contextlib.AbstractContextManager["StderrTail"]):
         self._keep = keep
         self._tail: deque[bytes] = deque(maxlen=keep)
         self._partial = b""
+        self._closed = False  # the pipe's descriptor, once closed, may be another file's
         self._loop.add_reader(self._read, self._drain)
 
     def _drain(self) -> None:
@@ -107,11 +108,14 @@ class StderrTail(contextlib.AbstractContextManager["StderrTail"]):
 
     def lines(self) -> str:
         """What the server wrote last (up to `keep` lines), indented."""
-        self._drain()
+        if not self._closed:
+            self._drain()
         last = [*self._tail, *([self._partial] if self._partial.strip() else [])][-self._keep :]
         return "\n".join("  " + line.decode(errors="replace").rstrip() for line in last)
 
     def __exit__(self, *exc: object) -> None:
+        self._drain()  # what a server wrote just before it died is still quoted afterwards
+        self._closed = True
         self._loop.remove_reader(self._read)
         os.close(self._read)
         self.file.close()

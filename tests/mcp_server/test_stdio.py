@@ -422,7 +422,8 @@ async def test_failing_and_hanging_tool_calls_through_the_generated_api(
     assert hung.is_error and "timeout" in text_of(hung)
     assert after_hang == f"7 after hang {pid}"  # the same kernel, its state kept
     assert failed.is_error and "boom: something went wrong" in text_of(failed)
-    assert crashed.is_error
+    assert crashed.is_error  # with what the server said as it died, for the agent to act on
+    assert "stderr ended with:\n  nasty_server: crashing on purpose" in text_of(crashed), text_of(crashed)
     assert after_crash == "after crash"
 
 
