@@ -51,8 +51,15 @@ async def test_a_parser_shows_in_search_and_the_docstring_at_once_and_after_rege
     await generate_mcp_sources(name, CALC, root)
     assert "run_parsed" not in search("add numbers", root=tmp_path)
     assert "`; run_parsed() -> ...`" not in (root / name / "__init__.py").read_text()
-    with (root / name / "sum_.py").open("a") as f:
-        f.write(PARSER_SECTION)
+    sys.path.insert(0, str(root))
+    try:  # the agent read the signatures in the kernel, then added a parser: no reload between
+        package = importlib.import_module(name)
+        assert "run_parsed" not in (package.__doc__ or "")
+        with (root / name / "sum_.py").open("a") as f:
+            f.write(PARSER_SECTION)
+        assert f"\n\n{PARSED}\n" in (package.__doc__ or "")
+    finally:
+        sys.path.remove(str(root))
 
     assert f"mcptools.{name}.{PARSED}\n    Add numbers." in search("add numbers", root=tmp_path)
     assert f"\n\n{PARSED}\n" in _import_fresh(root, name)
