@@ -60,9 +60,13 @@ class _Connection:
     def _keep_stderr(self, tail: StderrTail) -> None:
         self._stderr = tail
 
-    def _last_words(self) -> str:
-        """What a stdio server wrote to stderr last, as a sentence to end an error with."""
-        lines = self._stderr.lines() if self._stderr is not None else ""
+    def _last_words(self, since: int) -> str:
+        """What a stdio server wrote to stderr after `since` (else last), to end an error with."""
+        if self._stderr is None:
+            return ""
+        if lines := self._stderr.lines(since):
+            return f" During the call it wrote to stderr:\n{lines}"
+        lines = self._stderr.lines()
         return f" Its stderr ended with:\n{lines}" if lines else ""
 
     @property
@@ -95,6 +99,7 @@ class _Connection:
 
         session = self._session
         assert session is not None
+        said = self._stderr.mark() if self._stderr is not None else 0
         caller = asyncio.current_task()
         assert caller is not None
         ended = False
@@ -118,12 +123,12 @@ class _Connection:
         except MCPError as e:
             if e.code != CONNECTION_CLOSED:
                 raise
-            last_words = self._last_words()
+            last_words = self._last_words(said)
             if not ended:  # (once ended, the cancel on its way would end the close too)
                 await self.close()  # the transport is gone (the server exited): start afresh
             raise ToolCallError(
                 f"MCP server {self.name!r} closed the connection during the call to {tool!r}."
-                f" It will be restarted on the next call.{last_words or self._last_words()}"
+                f" It will be restarted on the next call.{last_words or self._last_words(said)}"
             ) from None
         except TimeoutError:
             if not deadline.expired():
@@ -136,7 +141,7 @@ class _Connection:
         raise ToolCallError(
             f"MCP server {self.name!r} closed the connection during the call to {tool!r}"
             f" ({describe_error(self._error) or 'it exited'}). It will be restarted on the next call."
-            f"{self._last_words()}"
+            f"{self._last_words(said)}"
         )
 
     async def close(self) -> None:
