@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from ipybox import generate_mcp_sources
-from ipybox.mcp_apigen.discover import PARSER_MARKER, parsed_result, search
+from ipybox.mcp_apigen.discover import PARSED_NOTATION, PARSER_MARKER, parsed_result, search
 
 from .test_names import CALC
 
@@ -58,6 +58,7 @@ async def test_a_parser_shows_in_search_and_the_docstring_at_once_and_after_rege
         with (root / name / "sum_.py").open("a") as f:
             f.write(PARSER_SECTION)
         assert f"\n\n{PARSED}\n" in (package.__doc__ or "")
+        assert f"\n{PARSED_NOTATION}.\n\n" in (package.__doc__ or "")  # the header says what it means
     finally:
         sys.path.remove(str(root))
 
