@@ -162,3 +162,27 @@ def test_approval_prompt_example_prints_what_the_doc_shows(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == shown
+
+
+@pytest.mark.timeout(150)
+def test_sandboxed_mcp_server_example_prints_what_the_doc_shows(tmp_path: Path) -> None:
+    """docs/sandbox.md runs a filesystem server under its own srt policy, as a user would paste it:
+    it reads a file of the project, and is denied the project's `.env`."""
+    if problem := sandbox_unavailable():
+        pytest.skip(f"needs a sandbox ({problem})")
+    if not node_servers_installed():
+        pytest.skip("node MCP servers not installed")
+    block, shown = _example_and_output(
+        "docs/sandbox.md", "test_sandboxed_mcp_server_example_prints_what_the_doc_shows"
+    )
+    (tmp_path / "block.py").write_text(block.code)
+    done = subprocess.run(
+        [sys.executable, "block.py"],
+        cwd=tmp_path,
+        env=user_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == shown, done.stdout

@@ -93,3 +93,25 @@ def test_demo_script_on_a_fresh_home(tmp_path: Path) -> None:
 
     again = subprocess.run(["scripts/uv", "--version"], cwd=clone, env=env, capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout.startswith("uv ") and "installing" not in again.stderr
+
+
+@pytest.mark.timeout(120)
+def test_scripts_uv_reaches_the_index_with_only_the_systems_certificates(tmp_path: Path) -> None:
+    """A user whose company's TLS-intercepting proxy CA is in the system's store (as pip, curl and
+    git read it), with no SSL_CERT_FILE set: `scripts/uv`, which every README command runs first,
+    still downloads. (Where no proxy intercepts TLS, this passes either way.)"""
+    ca_vars = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "UV_")
+    env = {k: v for k, v in network_env().items() if not k.startswith(ca_vars)}
+    env |= {
+        "HOME": str(tmp_path / "home"),
+        "PATH": os.environ["PATH"],
+        "UV_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    venv = tmp_path / "venv"
+    made = subprocess.run(
+        ["scripts/uv", "venv", "-q", str(venv)], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    install = ["scripts/uv", "pip", "install", "--python", str(venv / "bin" / "python"), "six"]
+    done = subprocess.run(install, cwd=REPO, env=env, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr

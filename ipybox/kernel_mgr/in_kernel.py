@@ -19,6 +19,9 @@
   when it falls behind, ipykernel's I/O thread waits (`XPUB_NODROP`) rather than dropping what
   does not fit in its queue (the cell's output, or the status that ends it), and a flush waits
   with it rather than giving up after 10 s with "IOStream.flush timed out" in the output.
+- A traceback ends at the last frame that does not hide itself (`__tracebackhide__`): IPython
+  always shows the frame an error was raised in, so an error from ipybox's tool-call client
+  showed the agent ipybox's own source, and where it is installed, above the message.
 - With `IPYBOX_MESSAGE_BYTES` set, what the kernel sends stays within the host's limit per
   message: long printed text goes in pieces, and an output too large for one message is replaced
   by a line saying so. The host enforces the limit regardless; this keeps ordinary code's output.
@@ -39,6 +42,7 @@ import tempfile
 import termios
 import threading
 import time
+import types
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -409,6 +413,38 @@ def _replace_oversize_outputs(shell: Any, limit: int) -> None:
     shell.display_pub.register_hook(fit)
 
 
+def without_hidden_tail(tb: types.TracebackType) -> types.TracebackType:
+    """`tb` (a copy) without the frames at its end that hide themselves, if any other is left."""
+    entries = []
+    entry: types.TracebackType | None = tb
+    while entry is not None:
+        entries.append(entry)
+        entry = entry.tb_next
+    keep = len(entries)
+    while keep > 1 and entries[keep - 1].tb_frame.f_locals.get("__tracebackhide__"):
+        keep -= 1
+    if keep == len(entries):
+        return tb
+    copy: types.TracebackType | None = None
+    for entry in reversed(entries[:keep]):
+        copy = types.TracebackType(copy, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    assert copy is not None
+    return copy
+
+
+def _hide_hidden_tails(shell: Any) -> None:
+    formatter = shell.InteractiveTB
+    structured_traceback = formatter.structured_traceback
+
+    @functools.wraps(structured_traceback)
+    def trimmed(etype: Any, evalue: Any, etb: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(etb, types.TracebackType):
+            etb = without_hidden_tail(etb)
+        return structured_traceback(etype, evalue, etb, *args, **kwargs)
+
+    formatter.structured_traceback = trimmed
+
+
 def install(shell: Any) -> None:
     """Set all of the above up in the kernel's interactive shell."""
     shell.user_ns["exit"] = shell.user_ns["quit"] = _no_exit
@@ -422,6 +458,7 @@ def install(shell: Any) -> None:
     with contextlib.suppress(OSError):  # a kernel without a writable temp dir keeps IPython's pip
         _pip_for_this_python(shell)
     _keep_output_when_behind(shell)
+    _hide_hidden_tails(shell)
     if limit := os.environ.pop(MESSAGE_BYTES_VAR, ""):
         _split_streams(int(limit))
         _replace_oversize_outputs(shell, int(limit))

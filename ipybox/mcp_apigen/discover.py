@@ -20,6 +20,8 @@ _MAX_PARSED = 200  # characters of an output parser's result shown in a signatur
 
 #: Code below this line in a generated module (an output parser) survives regeneration.
 PARSER_MARKER = "# --- ipybox: output parser (kept when the API is regenerated) ---"
+#: How a package docstring's header explains the signatures of tools with an output parser.
+PARSED_NOTATION = "`; run_parsed() -> ...`: `<tool>.run_parsed(params)` returns the output parser's result"
 
 
 class Signatures(str):
@@ -80,6 +82,9 @@ def with_parsers(doc: str, package: Path, since: float = 0.0) -> str:
                 doc = doc.replace(f"\n\n{head}", f"\n\n{head}; run_parsed() -> {parsed}", 1)
     except OSError:
         pass
+    header, blank, rest = doc.partition("\n\n")
+    if "; run_parsed() -> " in rest and PARSED_NOTATION not in header:  # explain what it now shows
+        doc = f"{header.rstrip('.')};\n{PARSED_NOTATION}.{blank}{rest}"
     return doc
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ipybox import _safe_fs
 from ipybox.errors import IpyboxError
-from ipybox.mcp_apigen.discover import PARSER_MARKER, parsed_result
+from ipybox.mcp_apigen.discover import PARSED_NOTATION, PARSER_MARKER, parsed_result
 from ipybox.mcp_apigen.names import BUILTIN_NAMES, UniqueNames, module_name
 from ipybox.mcp_apigen.schema import ModelWriter, docstring, import_lines, py_literal, with_notes
 from ipybox.mcp_apigen.signature import signature
@@ -171,7 +171,7 @@ _NOTATIONS = {
     "model": "`-> {a: T, b?: T}`: a typed `Result` with these attributes (`b?`: may be None)",
     "map": "`-> dict[str, T]`: a `Result` that is a mapping of keys to T",
     "value": "`-> list[T]` (or another type): a `Result` whose value is `.root` (a list iterates)",
-    "parsed": "`; run_parsed() -> ...`: `<tool>.run_parsed(params)` returns the output parser's result",
+    "parsed": PARSED_NOTATION,
     "hints": "`# field: ...`: the field's range, format, units or an example",
     "builtin": "a tool named like a Python builtin has a trailing `_` (`sum_`)",
 }

@@ -9,11 +9,11 @@ pydantic and the standard library (never the MCP SDK). Invalid arguments raise
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import re
 import sys
+import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -491,6 +491,27 @@ def _whole_numbers(value: Any) -> Any:
 # --- the package of a server ------------------------------------------------------------------
 
 
+class _ServerPackage(types.ModuleType):
+    """A server's package, whose docstring shows the output parsers added to its modules since it
+    was generated: also those added after it was imported, without a reload."""
+
+    @property
+    def __doc__(self) -> str | None:
+        doc: str | None = vars(self).get("__doc__")
+        file = vars(self).get("__file__")
+        if not doc or not file:
+            return doc
+        init = Path(file)
+        try:
+            return with_parsers(doc, init.parent, init.stat().st_mtime)
+        except OSError:
+            return doc
+
+    @__doc__.setter
+    def __doc__(self, doc: str | None) -> None:
+        vars(self)["__doc__"] = doc
+
+
 def package_attributes(
     package: str, tools: list[str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
@@ -501,10 +522,8 @@ def package_attributes(
     since it was generated are shown in its docstring (`; run_parsed() -> ...`).
     """
     module = sys.modules.get(package)
-    if module is not None and module.__doc__ and getattr(module, "__file__", None):
-        init = Path(module.__file__)  # type: ignore[arg-type]
-        with contextlib.suppress(OSError):
-            module.__doc__ = with_parsers(module.__doc__, init.parent, init.stat().st_mtime)
+    if module is not None and type(module) is types.ModuleType and getattr(module, "__file__", None):
+        module.__class__ = _ServerPackage  # its docstring is read afresh each time
 
     def getattr_(name: str) -> Any:
         if name in tools:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ async def open_session(
     *,
     report: ToolReport | None = None,
     source: str = "the values given",
+    on_stderr: Callable[[StderrTail], object] | None = None,
 ) -> AsyncIterator[ClientSession]:
     """Connect to an MCP server and yield an initialized session.
 
@@ -33,6 +34,7 @@ async def open_session(
     the environment) by the rule of `resolve()`; `source` names where `env` came from.
     Tools the SDK would reject are repaired or left out of every listing (see `ipybox.mcp_client.repair`),
     so one malformed tool does not cost the others; `report` records which and why.
+    `on_stderr` gets a stdio server's stderr tail, to quote if the server dies later.
     """
     from mcp import ClientSession
     from mcp.client.sse import sse_client
@@ -49,6 +51,8 @@ async def open_session(
     async with contextlib.AsyncExitStack() as stack:
         if kind == "stdio":
             read, write, stderr = await open_stdio(stack, resolved)
+            if on_stderr is not None:
+                on_stderr(stderr)
         elif kind == "sse":
             read, write = await stack.enter_async_context(
                 sse_client(resolved["url"], headers=resolved.get("headers"))

@@ -88,6 +88,8 @@ class StderrTail(contextlib.AbstractContextManager["StderrTail"]):
         self._keep = keep
         self._tail: deque[bytes] = deque(maxlen=keep)
         self._partial = b""
+        self._count = 0  # lines kept so far, in all
+        self._closed = False  # the pipe's descriptor, once closed, may be another file's
         self._loop.add_reader(self._read, self._drain)
 
     def _drain(self) -> None:
@@ -102,16 +104,26 @@ class StderrTail(contextlib.AbstractContextManager["StderrTail"]):
                 self._loop.remove_reader(self._read)
                 return
             *complete, self._partial = (self._partial + chunk).split(b"\n")
-            self._tail.extend(line for line in complete if line.strip())
+            kept = [line for line in complete if line.strip()]
+            self._tail.extend(kept)
+            self._count += len(kept)
             self._partial = self._partial[-4096:]
 
-    def lines(self) -> str:
-        """What the server wrote last (up to `keep` lines), indented."""
-        self._drain()
-        last = [*self._tail, *([self._partial] if self._partial.strip() else [])][-self._keep :]
+    def mark(self) -> int:
+        """Where the server's stderr is now (as last read): `lines(since=mark)` is what came after."""
+        return self._count
+
+    def lines(self, since: int = 0) -> str:
+        """What the server wrote last (up to `keep` lines; those after `since`), indented."""
+        if not self._closed:
+            self._drain()
+        newer = list(self._tail)[max(0, len(self._tail) - (self._count - since)) :]
+        last = [*newer, *([self._partial] if self._partial.strip() else [])][-self._keep :]
         return "\n".join("  " + line.decode(errors="replace").rstrip() for line in last)
 
     def __exit__(self, *exc: object) -> None:
+        self._drain()  # what a server wrote just before it died is still quoted afterwards
+        self._closed = True
         self._loop.remove_reader(self._read)
         os.close(self._read)
         self.file.close()

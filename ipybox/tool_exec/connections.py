@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ipybox.errors import IpyboxError
 from ipybox.mcp_client.session import describe_error, list_all_tools, open_session
+from ipybox.mcp_client.stdio import StderrTail
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -40,11 +41,12 @@ class _Connection:
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._error: BaseException | None = None
+        self._stderr: StderrTail | None = None  # a stdio server's: quoted if it dies during a call
         self._task = asyncio.create_task(self._run(), name=f"mcp-{name}")
 
     async def _run(self) -> None:
         try:
-            async with open_session(self.params, self._env) as session:
+            async with open_session(self.params, self._env, on_stderr=self._keep_stderr) as session:
                 await _learn_output_schemas(session)
                 self._session = session
                 self._ready.set()
@@ -54,6 +56,18 @@ class _Connection:
         finally:
             self._session = None
             self._ready.set()
+
+    def _keep_stderr(self, tail: StderrTail) -> None:
+        self._stderr = tail
+
+    def _last_words(self, since: int) -> str:
+        """What a stdio server wrote to stderr after `since` (else last), to end an error with."""
+        if self._stderr is None:
+            return ""
+        if lines := self._stderr.lines(since):
+            return f" During the call it wrote to stderr:\n{lines}"
+        lines = self._stderr.lines()
+        return f" Its stderr ended with:\n{lines}" if lines else ""
 
     @property
     def alive(self) -> bool:
@@ -85,6 +99,7 @@ class _Connection:
 
         session = self._session
         assert session is not None
+        said = self._stderr.mark() if self._stderr is not None else 0
         caller = asyncio.current_task()
         assert caller is not None
         ended = False
@@ -108,11 +123,12 @@ class _Connection:
         except MCPError as e:
             if e.code != CONNECTION_CLOSED:
                 raise
+            last_words = self._last_words(said)
             if not ended:  # (once ended, the cancel on its way would end the close too)
                 await self.close()  # the transport is gone (the server exited): start afresh
             raise ToolCallError(
                 f"MCP server {self.name!r} closed the connection during the call to {tool!r}."
-                " It will be restarted on the next call."
+                f" It will be restarted on the next call.{last_words or self._last_words(said)}"
             ) from None
         except TimeoutError:
             if not deadline.expired():
@@ -125,6 +141,7 @@ class _Connection:
         raise ToolCallError(
             f"MCP server {self.name!r} closed the connection during the call to {tool!r}"
             f" ({describe_error(self._error) or 'it exited'}). It will be restarted on the next call."
+            f"{self._last_words(said)}"
         )
 
     async def close(self) -> None:

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from ipybox import generate_mcp_sources
-from ipybox.mcp_apigen.discover import PARSER_MARKER, parsed_result, search
+from ipybox.mcp_apigen.discover import PARSED_NOTATION, PARSER_MARKER, parsed_result, search
 
 from .test_names import CALC
 
@@ -51,8 +51,16 @@ async def test_a_parser_shows_in_search_and_the_docstring_at_once_and_after_rege
     await generate_mcp_sources(name, CALC, root)
     assert "run_parsed" not in search("add numbers", root=tmp_path)
     assert "`; run_parsed() -> ...`" not in (root / name / "__init__.py").read_text()
-    with (root / name / "sum_.py").open("a") as f:
-        f.write(PARSER_SECTION)
+    sys.path.insert(0, str(root))
+    try:  # the agent read the signatures in the kernel, then added a parser: no reload between
+        package = importlib.import_module(name)
+        assert "run_parsed" not in (package.__doc__ or "")
+        with (root / name / "sum_.py").open("a") as f:
+            f.write(PARSER_SECTION)
+        assert f"\n\n{PARSED}\n" in (package.__doc__ or "")
+        assert f"\n{PARSED_NOTATION}.\n\n" in (package.__doc__ or "")  # the header says what it means
+    finally:
+        sys.path.remove(str(root))
 
     assert f"mcptools.{name}.{PARSED}\n    Add numbers." in search("add numbers", root=tmp_path)
     assert f"\n\n{PARSED}\n" in _import_fresh(root, name)

@@ -7,6 +7,7 @@ import base64
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -422,7 +423,12 @@ async def test_failing_and_hanging_tool_calls_through_the_generated_api(
     assert hung.is_error and "timeout" in text_of(hung)
     assert after_hang == f"7 after hang {pid}"  # the same kernel, its state kept
     assert failed.is_error and "boom: something went wrong" in text_of(failed)
-    assert crashed.is_error
+    for error in (failed, crashed):  # the agent's code and the generated module, not ipybox's own
+        frames = re.findall(r"^(?:File|Cell) .*", text_of(error), re.M)
+        assert "/mcptools/nasty/" in frames[-1], text_of(error)
+    assert crashed.is_error  # with what the server said as it died, for the agent to act on
+    said = "During the call it wrote to stderr:\n  nasty_server: crashing on purpose"
+    assert said in text_of(crashed), text_of(crashed)
     assert after_crash == "after crash"
 
 

@@ -210,6 +210,7 @@ async def test_server_crash_is_reported_and_next_call_restarts_it(executor: Code
         await executor.execute("from mcptools.nasty import crash\ncrash.run(crash.Params())")
     message = str(info.value)
     assert "'nasty'" in message and "closed the connection" in message and "restarted" in message
+    assert "During the call it wrote to stderr:\n  nasty_server: crashing on purpose" in message, message
     assert await eventually(lambda: not child_pids(NASTY) & before)
     result = await executor.execute(echo_code("nasty", "back again"))
     assert result.text == "back again"
