@@ -23,6 +23,8 @@ import struct
 import tempfile
 from collections.abc import Callable, Iterable
 
+from ipybox.errors import IpyboxError
+
 logger = logging.getLogger(__name__)
 
 _GREETING = 64  # ZMTP 3: signature (10), version (2), mechanism (20), as-server (1), filler (31)
@@ -32,7 +34,7 @@ _MORE, _LONG, _COMMAND = 0x01, 0x02, 0x04
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.005, 0.2
 
 
-class ProtocolViolation(Exception):
+class ProtocolViolation(IpyboxError):
     """The kernel's side did not speak ZMTP 3 with the NULL mechanism, as every kernel ipybox starts does."""
 
 
