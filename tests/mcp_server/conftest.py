@@ -44,6 +44,12 @@ TRUNCATION_MARKER = re.compile(
 )
 
 
+#: The stdio servers of these tests keep no warm spare kernel (one kernel start less each, as the
+#: suite's time is mostly kernel starts); the HTTP ones keep the default, and tests/mcp_server
+#: test_http.py and test_clients.py check the spares. A test's own `--spare-kernels` wins.
+NO_SPARE = ("--spare-kernels", "0")
+
+
 def server_env(state_dir: Path, **extra: str) -> dict[str, str]:
     """The environment ipybox runs with: node servers on PATH, registry state outside the workspace."""
     env = {
@@ -129,7 +135,7 @@ async def open_ipybox(
     log_file = state_dir.parent / f"ipybox-stderr-{os.urandom(4).hex()}.log"
     params = StdioServerParameters(
         command=command[0],
-        args=[*command[1:], "--workspace", str(workspace), *args],
+        args=[*command[1:], "--workspace", str(workspace), *NO_SPARE, *args],
         env=server_env(state_dir) | (env or {}),
     )
     with log_file.open("w") as errlog:
@@ -266,6 +272,7 @@ async def raw_ipybox(workspace: Path, state_dir: Path, *args: str) -> AsyncItera
         str(workspace),
         "--approval",
         "auto",  # this client cannot answer approval requests
+        *NO_SPARE,
         *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,

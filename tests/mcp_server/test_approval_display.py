@@ -21,7 +21,7 @@ from servers.hostile_args import PAYLOAD, assert_shown_safely, calls, cases
 from ipybox.mcp_server import channels
 from ipybox.mcp_server.approval import QUESTION_TITLE, describe_call
 
-from .conftest import IPYBOX_COMMAND, server_env, text_of
+from .conftest import IPYBOX_COMMAND, NO_SPARE, server_env, text_of
 from .test_clients import MODES, NOTES_SERVER
 from .test_eras import output
 
@@ -70,7 +70,7 @@ async def test_questions_show_what_will_run_and_refusals_say_who(
     args = ["--approval", str(rules), "--approve-shell-cmds"]
     params = StdioServerParameters(
         command=IPYBOX_COMMAND[0],
-        args=[*IPYBOX_COMMAND[1:], "--workspace", str(workspace), *args],
+        args=[*IPYBOX_COMMAND[1:], "--workspace", str(workspace), *NO_SPARE, *args],
         env=server_env(state_dir),
     )
     # one round per question: the calls come one after another

@@ -13,7 +13,7 @@ import pytest
 from mcp import MCPError, StdioServerParameters
 from mcp.client.client import Client
 
-from .conftest import IPYBOX_COMMAND, server_env, text_of
+from .conftest import IPYBOX_COMMAND, NO_SPARE, server_env, text_of
 from .test_clients import MODES, NOTES_SERVER, User
 
 pytestmark = pytest.mark.timeout(90)
@@ -25,7 +25,7 @@ async def stdio(
 ) -> AsyncIterator[Client]:
     params = StdioServerParameters(
         command=IPYBOX_COMMAND[0],
-        args=[*IPYBOX_COMMAND[1:], "--workspace", str(workspace), *args],
+        args=[*IPYBOX_COMMAND[1:], "--workspace", str(workspace), *NO_SPARE, *args],
         env=server_env(state_dir),
     )
     async with Client(params, mode=mode, elicitation_callback=user) as client:  # type: ignore[arg-type]
@@ -92,9 +92,9 @@ async def test_silent_cell_sends_progress_and_cancel_keeps_state(workspace: Path
     async with stdio(workspace, state_dir, "auto", user=User()) as client:
         await output(client, "kept = 'still here'")
         await client.call_tool(
-            "execute_ipython_cell", {"code": "import time\ntime.sleep(25)"}, progress_callback=on_progress
+            "execute_ipython_cell", {"code": "import time\ntime.sleep(13)"}, progress_callback=on_progress
         )
-        # at least one notification every 10 s of silence, each with a larger progress value
+        # a notification every HEARTBEAT (5 s) of silence, each with a larger progress value
         assert len(progress) >= 2 and progress == sorted(set(progress)), progress
 
         with pytest.raises((MCPError, TimeoutError)):

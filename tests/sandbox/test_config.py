@@ -175,7 +175,7 @@ async def test_malformed_config_fails_before_anything_starts(
     path = write_config(tmp_path / "bad.json", content)
     watch = ProcessWatch()
     with pytest.raises(SandboxError, match=message) as info:
-        async with CodeExecutor(sandbox=True, sandbox_config=path, working_dir=workspace):
+        async with CodeExecutor(spare_kernel=False, sandbox=True, sandbox_config=path, working_dir=workspace):
             pytest.fail("the executor started")
     assert str(path) in str(info.value)
     _no_trace(watch, private_tmp)
@@ -188,7 +188,7 @@ async def test_missing_config_file_fails_before_anything_starts(
     watch = ProcessWatch()
     with pytest.raises(SandboxError, match="Sandbox config file not found: .*nowhere.json"):
         async with CodeExecutor(
-            sandbox=True, sandbox_config=tmp_path / "nowhere.json", working_dir=workspace
+            spare_kernel=False, sandbox=True, sandbox_config=tmp_path / "nowhere.json", working_dir=workspace
         ):
             pytest.fail("the executor started")
     _no_trace(watch, private_tmp)
@@ -230,7 +230,7 @@ async def test_missing_srt_is_named_before_anything_starts(
     monkeypatch.delenv("IPYBOX_SRT", raising=False)
     watch = ProcessWatch()
     with pytest.raises(SandboxError) as info:
-        async with CodeExecutor(sandbox=True, working_dir=workspace):
+        async with CodeExecutor(spare_kernel=False, sandbox=True, working_dir=workspace):
             pytest.fail("the executor started")
     missing = str(info.value).split(". On Debian")[0]
     assert "srt (npm install -g @anthropic-ai/sandbox-runtime" in missing
@@ -249,7 +249,7 @@ async def test_missing_bwrap_is_named_before_anything_starts(
     assert shutil.which("bwrap") is None
     watch = ProcessWatch()
     with pytest.raises(SandboxError) as info:
-        async with CodeExecutor(sandbox=True, working_dir=workspace):
+        async with CodeExecutor(spare_kernel=False, sandbox=True, working_dir=workspace):
             pytest.fail("the executor started")
     missing = str(info.value).split(". On Debian")[0]
     assert "bwrap (package bubblewrap)" in missing
@@ -294,7 +294,7 @@ async def test_wrong_ipybox_srt_is_named_before_anything_starts(
     monkeypatch.setenv("IPYBOX_SRT", value)
     watch = ProcessWatch()
     with pytest.raises(SandboxError, match="IPYBOX_SRT=") as info:
-        async with CodeExecutor(sandbox=True, working_dir=workspace):
+        async with CodeExecutor(spare_kernel=False, sandbox=True, working_dir=workspace):
             pytest.fail("the executor started")
     assert repr(value) in str(info.value) and "unset it" in str(info.value)
     _no_trace(watch, private_tmp)

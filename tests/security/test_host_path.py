@@ -67,7 +67,7 @@ async def plant(workspace: Path) -> None:
         "    os.chmod(path, 0o755)\n"
         "print(sorted(os.listdir('bin')))\n"
     )
-    async with CodeExecutor(working_dir=workspace, sandbox=True) as executor:
+    async with CodeExecutor(spare_kernel=False, working_dir=workspace, sandbox=True) as executor:
         result = await executor.execute(code)
     assert result.text is not None and "srt" in result.text, result.text
     assert (workspace / "bin" / "git").stat().st_mode & 0o111
@@ -77,7 +77,7 @@ async def test_executor_start_runs_no_planted_program(planted: Path, monkeypatch
     await plant(planted)
     for variant, entry in RELATIVE_ENTRIES.items():
         monkeypatch.setenv("PATH", f"{entry}:{SANDBOX_PATH}")
-        async with CodeExecutor(working_dir=planted, sandbox=True) as executor:
+        async with CodeExecutor(spare_kernel=False, working_dir=planted, sandbox=True) as executor:
             result = await executor.execute("print(6 * 7)")
         assert result.text == "42", (variant, result.text)
         assert not list(planted.glob("PWNED-*")), f"{variant} PATH entry ran a planted program"
