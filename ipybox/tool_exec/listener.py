@@ -40,6 +40,15 @@ Dispatch = Callable[[dict[str, Any]], "Coroutine[Any, Any, Any] | dict[str, Any]
 ApprovalHandler = Callable[[dict[str, Any], asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 #: Requests that need the TCP token.
 _GUARDED = ("run", "shell")
+#: How deep a request's arrays and objects may nest: what kernel code sends is walked by recursion
+#: on the host (the audit record, the session notebook, the approval shown, the MCP client), which
+#: must not fail on it; no tool's arguments need more.
+_MAX_NESTING = 100
+_TOO_DEEP = (
+    f"The ipybox tool server refused this request: its arrays and objects nest more than {_MAX_NESTING} "
+    "levels deep, more than any tool's arguments need. Flatten the data, or pass it to the tool as a "
+    "file in the workspace."
+)
 
 
 class _TooLarge(Exception):
@@ -133,19 +142,16 @@ class Listener:
                 if not line:
                     self._release(held)
                     break
-                started = await self._handle(line, reader, writer, check_token, uncharge)
-                line = bytearray()  # a call holds what its request parsed to, counted as `held`
-                if started is None:
-                    self._release(held)
-                    continue
-                if isinstance(started, Coroutine):
-                    try:
+                try:  # whatever ends the request (a bug or a cancel too) gives back what it held
+                    started = await self._handle(line, reader, writer, check_token, uncharge)
+                    line = bytearray()  # a call holds what its request parsed to, counted as `held`
+                    if isinstance(started, Coroutine):
                         ahead = await self._call(started, reader, writer, task)
-                    finally:
-                        self._release(held)
-                    continue
-                self._release(held)
-                return  # handed over to the approval client, or refused
+                finally:
+                    self._release(held)
+                    held = 0
+                if started is False:
+                    return  # handed over to the approval client, or refused
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         except asyncio.CancelledError:
@@ -154,8 +160,7 @@ class Listener:
             pass
         finally:
             if ahead is not None:
-                ahead.cancel()
-                await asyncio.wait({ahead})
+                await self._drop(ahead)
             self._release(reserved)
             self._connections.discard(task)
             self._counted.discard(task)
@@ -180,18 +185,32 @@ class Listener:
         running = True
 
         def on_read(read: asyncio.Task[tuple[bytearray, int]]) -> None:
-            if running and not read.cancelled() and (read.exception() is not None or not read.result()[0]):
+            if not running or read.cancelled():
+                return
+            error = read.exception()
+            if not isinstance(error, _TooLarge) and (error is not None or not read.result()[0]):
                 connection.cancel()  # a hang-up (or a broken connection) while the call runs
 
         ahead.add_done_callback(on_read)
         try:
             await _call_and_reply(call, writer)
+        except BaseException:  # cancelled (a hang-up, close()): the read's bytes go back too
+            await self._drop(ahead)
+            raise
         finally:
             running = False
         if not ahead.done():  # the usual case: nothing came yet; the connection reads on itself
-            ahead.cancel()
-            await asyncio.wait({ahead})  # after the reply is out: not on the caller's path
-        return None if ahead.cancelled() else ahead
+            await self._drop(ahead)  # after the reply is out: not on the caller's path
+            return None
+        return ahead
+
+    async def _drop(self, read: asyncio.Task[tuple[bytearray, int]]) -> None:
+        """End a request's read whose request nobody will handle; what it holds goes back."""
+        if not read.done():
+            read.cancel()
+            await asyncio.wait({read})  # a cancelled read gives back its bytes itself
+        if not read.cancelled() and read.exception() is None:
+            self._release(read.result()[1])
 
     async def _admit(self, writer: asyncio.StreamWriter) -> bool:
         """Take a new connection within the limits (its read buffers reserved), or refuse it."""
@@ -220,11 +239,17 @@ class Listener:
         try:
             request = json.loads(line)
             op = request.get("op")
+            too_deep = _nests_deeper(line, request)
+        except RecursionError:  # json.loads gives up far below what the audit and notebook take
+            too_deep = True
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             await send(writer, {"ok": False, "error": "malformed request"})
             return None
         finally:
             self._release(parsing)
+        if too_deep:
+            await send(writer, {"ok": False, "error": _TOO_DEEP})
+            return None
         if op == "approve":
             uncharge()
             await self._approvals(request, reader, writer)
@@ -328,6 +353,22 @@ async def _call_and_reply(call: Coroutine[Any, Any, Any], writer: asyncio.Stream
         message = {"ok": False, "error": f"tool server error: {type(error).__name__}: {error}"}
     if not writer.is_closing():
         writer.write(json.dumps(message).encode() + b"\n")
+
+
+def _nests_deeper(line: bytes | bytearray, request: Any) -> bool:
+    """Whether `request` (parsed from `line`) nests arrays and objects over `_MAX_NESTING` deep;
+    walked only when the line holds that many brackets, as requests seldom do."""
+    if line.count(b"[") + line.count(b"{") <= _MAX_NESTING:
+        return False
+    stack = [(request, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth == _MAX_NESTING:
+                return True
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items)
+    return False
 
 
 def _allocated(size: int) -> int:

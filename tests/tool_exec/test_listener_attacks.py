@@ -1,0 +1,132 @@
+"""Attacks on the tool server's wire from kernel code, on raw connections to its socket.
+
+A call runs in its connection's task while a read of the next request watches for a hang-up.
+Kernel code may pipeline requests, hang up mid-call, send lines too large or nested too deep:
+each gets an answer (or its call cancelled), and every byte of `tool_buffer` those requests held
+is given back, so a kernel cannot shrink its own budget until its tool calls are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from internals import tool_server_buffered
+
+from ipybox import CodeExecutor, ResourceLimits
+
+from .conftest import Workspace
+
+pytestmark = pytest.mark.timeout(120)
+
+MIB = 1 << 20
+
+#: Kernel code: raw connections, requests as the client writes them, and their replies.
+RAW = """
+import json, os, socket
+from mcptools.nasty import SERVER_NAME, SERVER_PARAMS
+
+def connect():
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.environ["IPYBOX_TOOL_SERVER"])
+    return sock
+
+def request(tool, params=SERVER_PARAMS, **args):
+    return json.dumps({"op": "run", "server_name": SERVER_NAME, "server_params": params,
+                       "tool_name": tool, "tool_args": args}).encode() + b"\\n"
+
+def replies(sock, count=1):
+    data = b""
+    while data.count(b"\\n") < count:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return [json.loads(line) for line in data.splitlines()]
+
+def exchange(data, count=1):
+    with connect() as sock:
+        sock.sendall(data)
+        return replies(sock, count)
+
+def deep(n, kind=list):
+    value = "x"
+    for _ in range(n):
+        value = [value] if kind is list else {"k": value}
+    return value
+"""
+HANG_UP = """
+for _ in range(3):
+    sock = connect()
+    sock.sendall(request("slow", seconds=30))
+    sock.close()
+"""
+ECHO = "from mcptools.nasty import echo\nprint(echo.run(echo.Params(message='after')))"
+
+
+def audit(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def run(executor: CodeExecutor, code: str) -> Any:
+    """The value kernel `code` prints as JSON."""
+    return json.loads((await executor.execute(f"print(json.dumps({code}))")).text or "null")
+
+
+async def test_raw_connections_get_answers_and_give_back_their_budget(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    workspace.register()
+    log = tmp_path / "audit.jsonl"
+    limits = ResourceLimits(tool_buffer=4 * MIB)
+    options: dict[str, Any] = {"spare_kernel": False, "audit_log": log, "limits": limits}
+    async with CodeExecutor(working_dir=workspace.root, **options) as executor:
+        await executor.execute(RAW)
+
+        # nested too deep for the host's recursive walks (audit record, notebook, approval, MCP
+        # client): refused on the wire with a reason, in the args, the params, as objects, and as
+        # a line json.loads itself gives up on (1 MiB of it: three such lines would have used up
+        # the budget had they kept it)
+        variants = [
+            "request('echo', message=deep(600))",
+            "request('echo', message=deep(150, dict))",
+            "request('echo', params={**SERVER_PARAMS, 'x': deep(300)})",
+            "b' ' * (1 << 20) + b'[' * 5000 + b'\\n'",
+            "b' ' * (1 << 20) + b'[' * 5000 + b'\\n'",
+            "b' ' * (1 << 20) + b'[' * 5000 + b'\\n'",
+        ]
+        for variant in variants:
+            answer = await run(executor, f"exchange({variant})")
+            assert answer and "nest more than 100 levels deep" in answer[0]["error"], (variant, answer)
+        within = await run(executor, "exchange(request('echo', message=deep(97)))")
+        assert within[0]["ok"] is True, within
+        assert [(e["tool"], e["outcome"]) for e in audit(log)] == [("echo", "ok")]  # the refused: no call
+
+        # pipelined: two requests in one send, answered in order
+        both = await run(executor, "exchange(request('echo', message='a') + request('echo', message='b'), 2)")
+        assert [r["result"]["text"] for r in both] == ["a", "b"]
+
+        # a line too large for the budget, sent while a call runs: the call still ends and is
+        # answered, then the line is refused; an approval hello mid-call gets no say over it
+        answers = await run(executor, "exchange(request('slow', seconds=0.5) + b'x' * (5 << 20) + b'\\n', 2)")
+        assert answers[0] == {
+            "ok": True,
+            "result": {"text": "done", "structured": None, "content": [{"type": "text", "text": "done"}]},
+        }, answers
+        assert "refused this request of 5242881 bytes" in answers[1]["error"]
+        hello = json.dumps({"op": "approve", "token": "guessed"})
+        answers = await run(executor, f"exchange(request('slow', seconds=0.5) + b'{hello}\\n', 2)")
+        assert answers[0]["ok"] is True and answers[1] == {"ok": False, "error": "wrong approval token"}
+
+        # hang-ups mid-call cancel the call, and give back what the read beside it held
+        await executor.execute(HANG_UP)
+        for _ in range(1200):  # the server sees the hang-ups after the cell: until it has cancelled all 3
+            if len([e for e in audit(log) if e["outcome"] == "cancelled"]) == 3:
+                break
+            await asyncio.sleep(0.05)
+        assert tool_server_buffered(executor) == 0
+
+        assert (await executor.execute(ECHO)).text == "after"
