@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from ipybox._nesting import MAX_NESTING, deeper_than
 from ipybox.kernel_mgr.limits import format_size
 from ipybox.tool_exec.connections import ToolCallError
 
@@ -40,12 +41,8 @@ Dispatch = Callable[[dict[str, Any]], "Coroutine[Any, Any, Any] | dict[str, Any]
 ApprovalHandler = Callable[[dict[str, Any], asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 #: Requests that need the TCP token.
 _GUARDED = ("run", "shell")
-#: How deep a request's arrays and objects may nest: what kernel code sends is walked by recursion
-#: on the host (the audit record, the session notebook, the approval shown, the MCP client), which
-#: must not fail on it; no tool's arguments need more.
-_MAX_NESTING = 100
 _TOO_DEEP = (
-    f"The ipybox tool server refused this request: its arrays and objects nest more than {_MAX_NESTING} "
+    f"The ipybox tool server refused this request: its arrays and objects nest more than {MAX_NESTING} "
     "levels deep, more than any tool's arguments need. Flatten the data, or pass it to the tool as a "
     "file in the workspace."
 )
@@ -240,7 +237,7 @@ class Listener:
             request = json.loads(line)
             op = request.get("op")
             too_deep = _nests_deeper(line, request)
-        except RecursionError:  # json.loads gives up far below what the audit and notebook take
+        except RecursionError:  # json.loads gives up on it, deeper still
             too_deep = True
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             await send(writer, {"ok": False, "error": "malformed request"})
@@ -356,19 +353,9 @@ async def _call_and_reply(call: Coroutine[Any, Any, Any], writer: asyncio.Stream
 
 
 def _nests_deeper(line: bytes | bytearray, request: Any) -> bool:
-    """Whether `request` (parsed from `line`) nests arrays and objects over `_MAX_NESTING` deep;
-    walked only when the line holds that many brackets, as requests seldom do."""
-    if line.count(b"[") + line.count(b"{") <= _MAX_NESTING:
-        return False
-    stack = [(request, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict | list):
-            if depth == _MAX_NESTING:
-                return True
-            items = value.values() if isinstance(value, dict) else value
-            stack.extend((item, depth + 1) for item in items)
-    return False
+    """Whether `request` (parsed from `line`) nests over `MAX_NESTING` deep; walked only when the
+    line holds that many brackets, as requests seldom do."""
+    return line.count(b"[") + line.count(b"{") > MAX_NESTING and deeper_than(request)
 
 
 def _allocated(size: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 
@@ -137,6 +138,56 @@ def test_a_file_that_is_no_notebook_is_refused_with_its_cause(tmp_path: Path) ->
         path.write_text(content)
         with pytest.raises(NotebookError, match="not a valid Jupyter notebook"):
             SessionRecord.load(path)
+
+
+def _deep(depth: int, kind: type = list) -> object:
+    value: object = "x"
+    for _ in range(depth):
+        value = [value] if kind is list else {"k": value}
+    return value
+
+
+def test_output_nested_too_deep_is_not_kept_and_such_a_file_is_refused(tmp_path: Path) -> None:
+    # a kernel's output nested ~600 deep made a notebook that saved but never loaded again
+    # (RecursionError): every later start of that kernel, seeded from it, failed
+    record = SessionRecord("deep")
+    cell = record.begin_cell("show()")
+    cell.add_output("display_data", {"data": {"application/json": _deep(600), "text/plain": "p"}})
+    cell.add_output("display_data", {"data": {"application/json": _deep(300, dict)}})
+    cell.add_output("execute_result", {"data": {"application/json": {"a": _deep(150)}}})
+    cell.add_output("display_data", {"data": {"application/json": _deep(99)}})  # within: kept
+    cell.finish(0.1)
+    record.save(tmp_path / "deep.ipynb")
+    outputs = SessionRecord.load(tmp_path / "deep.ipynb").to_notebook().cells[0].outputs
+    assert [o["data"] for o in outputs[:3]] == [
+        {"text/plain": "p"},
+        {"text/plain": "[ipybox: an output nested over 100 levels deep, not kept in the notebook]"},
+        {"text/plain": "[ipybox: an output nested over 100 levels deep, not kept in the notebook]"},
+    ]
+    assert outputs[3]["data"]["application/json"] == _deep(99)
+
+    # such a file (an unsandboxed kernel's, an earlier ipybox's) is refused as a notebook, not a crash
+    output = {"output_type": "display_data", "data": {"application/json": _deep(700)}, "metadata": {}}
+    forged = [
+        {"cell_type": "code", "id": "a", "source": "x", "metadata": {}, "outputs": [output]},
+        {
+            "cell_type": "code",
+            "id": "b",
+            "source": "x",
+            "metadata": {"ipybox": _deep(700, dict)},
+            "outputs": [],
+        },
+    ]
+    for cell_json in forged:
+        nb = {
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "metadata": {},
+            "cells": [cell_json | {"execution_count": 1}],
+        }
+        (tmp_path / "forged.ipynb").write_text(json.dumps(nb))
+        with pytest.raises(NotebookError, match="not a valid Jupyter notebook"):
+            SessionRecord.load(tmp_path / "forged.ipynb")
 
 
 def test_clear_output_clears_what_the_cell_showed_but_not_its_tool_calls() -> None:
