@@ -11,12 +11,14 @@ MAX_NESTING = 100
 
 
 def deeper_than(value: Any, limit: int = MAX_NESTING) -> bool:
-    """Whether `value`'s lists and dicts nest more than `limit` levels deep (walked without recursion)."""
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list | tuple):
-            if depth == limit:
-                return True
-            stack.extend((inner, depth + 1) for inner in (item.values() if isinstance(item, dict) else item))
-    return False
+    """Whether `value`'s lists and dicts nest more than `limit` levels deep (walked level by level,
+    without recursion, looking into containers only)."""
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        level = [
+            inner
+            for item in level
+            for inner in (item.values() if isinstance(item, dict) else item)
+            if isinstance(inner, dict | list)
+        ]
+    return bool(level)
