@@ -93,7 +93,9 @@ class ToolServer(Service):
         self._pool = ConnectionPool(connect_timeout, call_timeout)
         #: How allowed calls are decided and made (the seam a resume replaces, see `ToolCalls`).
         self.calls: ToolCalls = LiveCalls(self.approval, self._pool)
-        #: Called with each settled call (`ToolCallEvent`), in the order they settle.
+        #: Called with each settled call (`ToolCallEvent`), in the order they settle: those there
+        #: when the call came (a cell's recorder gets the calls its code made, also those that end
+        #: after it, and never a call of code an earlier cell left running).
         self.observers: list[Callable[[ToolCallEvent], None]] = []
         self._listener = Listener(
             self._dispatch,
@@ -167,8 +169,9 @@ class ToolServer(Service):
         """Approve and execute one tool call; returns the encoded result or raises `ToolCallError`.
 
         Every call, refused or not, is written to the audit log if there is one, and reported to
-        the `observers`.
+        the `observers` there were when it came.
         """
+        observers = tuple(self.observers)
         record = {
             "server_name": server_name,
             "tool_name": tool_name,
@@ -213,12 +216,12 @@ class ToolServer(Service):
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
             message = placeholders.redact(str(e), secrets)
-            self._settle_soon(record, decision, by, secrets, error=message, **refusal)
+            self._settle_soon(observers, record, decision, by, secrets, error=message, **refusal)
             raise ToolCallError(message, rejected=e.rejected) from None
         except BaseException:
             self._audit(**record, decision=decision, outcome="cancelled")
             raise
-        self._settle_soon(record, decision, by, secrets, result=encoded)
+        self._settle_soon(observers, record, decision, by, secrets, result=encoded)
         return encoded
 
     def _settle_soon(self, *args: Any, **kwargs: Any) -> None:
@@ -229,6 +232,7 @@ class ToolServer(Service):
 
     def _settled(
         self,
+        observers: tuple[Callable[[ToolCallEvent], None], ...],
         record: dict[str, Any],
         decision: str,
         by: str | None,
@@ -242,7 +246,7 @@ class ToolServer(Service):
         outcome = "ok" if error is None else "error"
         self._audit(**record, decision=decision, outcome=outcome, error=error, **refusal)
         fields = (record["server_name"], record["tool_name"], record["tool_args"], decision, by)
-        self._report(ToolCallEvent("tool", *fields, result, error, tuple(secrets)))
+        self._report(ToolCallEvent("tool", *fields, result, error, tuple(secrets)), observers)
 
     async def approve_shell(self, kind: str, cmd: str) -> None:
         """Ask the application to approve a shell command a kernel is about to run.
@@ -250,6 +254,7 @@ class ToolServer(Service):
         `kind` is "shell" (`!cmd`) or "shell_magic" (a `%%bash`/`%%sh` cell). Raises
         `ToolCallError` unless it is approved; audited like a tool call of server "ipybox".
         """
+        observers = tuple(self.observers)
         record = {
             "server_name": SHELL_SERVER,
             "tool_name": kind,
@@ -263,7 +268,8 @@ class ToolServer(Service):
             self._audit(**record, decision=decision, outcome="error")
             error = str(e) if isinstance(e, ToolCallError) else f"Shell command was not approved: {e}."
             self._report(
-                ToolCallEvent("shell", SHELL_SERVER, kind, {"cmd": cmd}, decision, None, None, error)
+                ToolCallEvent("shell", SHELL_SERVER, kind, {"cmd": cmd}, decision, None, None, error),
+                observers,
             )
             raise ToolCallError(error) from None
         except BaseException:
@@ -274,13 +280,14 @@ class ToolServer(Service):
         self._report(
             ToolCallEvent(
                 "shell", SHELL_SERVER, kind, {"cmd": cmd}, verdict.decision, verdict.by, None, refused
-            )
+            ),
+            observers,
         )
         if refused is not None:
             raise ToolCallError(refused, rejected=True)
 
-    def _report(self, event: ToolCallEvent) -> None:
-        for observer in list(self.observers):
+    def _report(self, event: ToolCallEvent, observers: tuple[Callable[[ToolCallEvent], None], ...]) -> None:
+        for observer in observers:
             try:
                 observer(event)
             except Exception:  # an observer's bug must not fail the kernel's call

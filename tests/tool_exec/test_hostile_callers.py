@@ -1,9 +1,10 @@
-"""Attacks on the tool server's wire from kernel code, on raw connections to its socket.
+"""Kernel code that calls tools as no client would: on raw connections, or from threads.
 
 A call runs in its connection's task while a read of the next request watches for a hang-up.
 Kernel code may pipeline requests, hang up mid-call, send lines too large or nested too deep:
 each gets an answer (or its call cancelled), and every byte of `tool_buffer` those requests held
-is given back, so a kernel cannot shrink its own budget until its tool calls are refused.
+is given back, so a kernel cannot shrink its own budget until its tool calls are refused. A call
+that ends after the cell that made it is in that cell's record, never missing nor in another's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from internals import tool_server_buffered
 
-from ipybox import CodeExecutor, ResourceLimits
+from ipybox import ApprovalRequest, CodeExecutor, ResourceLimits
 
 from .conftest import Workspace
 
@@ -64,6 +65,17 @@ for _ in range(3):
     sock.sendall(request("slow", seconds=30))
     sock.close()
 """
+#: A cell whose thread's tool call (approved while the cell runs) ends after the cell, which goes on
+#: until the test has approved the call and made the file `go`.
+LEFT_RUNNING = """
+import os, threading, time
+from mcptools.nasty import slow
+late = []
+thread = threading.Thread(target=lambda: late.append(slow.run(slow.Params(seconds=1))))
+thread.start()
+while not os.path.exists(GO):
+    time.sleep(0.01)
+"""
 ECHO = "from mcptools.nasty import echo\nprint(echo.run(echo.Params(message='after')))"
 
 
@@ -76,7 +88,7 @@ async def run(executor: CodeExecutor, code: str) -> Any:
     return json.loads((await executor.execute(f"print(json.dumps({code}))")).text or "null")
 
 
-async def test_raw_connections_get_answers_and_give_back_their_budget(
+async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
     workspace: Workspace, tmp_path: Path
 ) -> None:
     workspace.register()
@@ -130,3 +142,16 @@ async def test_raw_connections_get_answers_and_give_back_their_budget(
         assert tool_server_buffered(executor) == 0
 
         assert (await executor.execute(ECHO)).text == "after"
+
+        # a thread's call ends after its cell, while the next one (which waits for it) runs: it
+        # was in neither cell's record, or in the next one's, whose code never made it
+        go = tmp_path / "go"
+        await executor.execute(f"GO = {str(go)!r}")
+        async for item in executor.stream(LEFT_RUNNING):
+            if isinstance(item, ApprovalRequest):
+                await item.accept()
+                go.touch()
+        assert (await executor.execute("thread.join()\nprint(late)")).text == "['done']"
+        cells = executor.notebook().cells
+        calls = {c.source: [t["tool"] for t in c.metadata["ipybox"]["tool_calls"]] for c in cells}
+        assert (calls[LEFT_RUNNING], calls["thread.join()\nprint(late)"]) == (["slow"], [])
