@@ -185,8 +185,10 @@ class Listener:
             if not running or read.cancelled():
                 return
             error = read.exception()
-            if not isinstance(error, _TooLarge) and (error is not None or not read.result()[0]):
-                connection.cancel()  # a hang-up (or a broken connection) while the call runs
+            if isinstance(error, _TooLarge):  # answered after the call
+                return
+            if error is not None or not read.result()[0].endswith(b"\n"):
+                connection.cancel()  # a hang-up (its last line unfinished, if any) or a broken connection
 
         ahead.add_done_callback(on_read)
         try:

@@ -59,11 +59,12 @@ def deep(n, kind=list):
         value = [value] if kind is list else {"k": value}
     return value
 """
+#: Callers that hang up mid-call: at once, after half a request, or shutting their side only.
 HANG_UP = """
-for _ in range(3):
+for tail, end in [(b"", "close"), (b'{"op": "run"', "close"), (b"", "shutdown"), (b'{"op"', "shutdown")]:
     sock = connect()
-    sock.sendall(request("slow", seconds=30))
-    sock.close()
+    sock.sendall(request("slow", seconds=30) + tail)
+    sock.shutdown(socket.SHUT_WR) if end == "shutdown" else sock.close()
 """
 #: A cell whose thread's tool call (approved while the cell runs) ends after the cell, which goes on
 #: until the test has approved the call and made the file `go`.
@@ -135,11 +136,11 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
 
         # hang-ups mid-call cancel the call, and give back what the read beside it held
         await executor.execute(HANG_UP)
-        for _ in range(1200):  # the server sees the hang-ups after the cell: until it has cancelled all 3
-            if len([e for e in audit(log) if e["outcome"] == "cancelled"]) == 3:
+        for _ in range(400):  # the server sees the hang-ups after the cell: until it has cancelled all 4
+            if len(cancelled := [e for e in audit(log) if e["outcome"] == "cancelled"]) == 4:
                 break
             await asyncio.sleep(0.05)
-        assert tool_server_buffered(executor) == 0
+        assert len(cancelled) == 4 and tool_server_buffered(executor) == 0
 
         assert (await executor.execute(ECHO)).text == "after"
 
