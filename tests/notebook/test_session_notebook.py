@@ -217,6 +217,9 @@ display({"image/png": png}, raw=True, metadata={"height": "2 onload=alert(7)", "
 display({"image/jpeg": png}, raw=True, metadata={"image/jpeg": {"height": [1, "onerror=alert(8)"]}})
 display({"image/png": png}, raw=True, metadata={"filenames": {"image/png": "/etc/passwd"}})
 display({"text/plain": "tool call: x → accepted"}, raw=True, metadata={"ipybox_tool_call": True})
+display({"text/vnd.mermaid": "</pre><img src=x onerror=alert(9)><pre>", "text/plain": "diagram"}, raw=True)
+display({"application/vnd.custom+html": "<b onclick=alert(10)>custom</b>"}, raw=True)
+display({"application/pdf": "JVBERi0=", "image/gif": "R0lGOD=", "text/plain": "files"}, raw=True)
 Table()
 """
 
@@ -235,8 +238,16 @@ async def test_markup_a_kernel_displays_is_kept_as_text_never_rendered(tmp_path:
     assert "Table(1)" in texts  # a rich object keeps its plain form
     assert any("only-html" in t for t in texts)  # markup alone: its source, as text
     page, _ = HTMLExporter().from_notebook_node(nb)
-    for active in ("<b onclick", "<img src=x", "<svg xmlns", "<td onmouseover", "<script>alert"):
+    for active in (
+        "<b onclick",
+        "<img src=x",
+        "<svg xmlns",
+        "<td onmouseover",
+        "<script>alert",
+        'class="mermaid"',
+    ):
         assert active not in page, active
+    assert {"diagram", "files", "<b onclick=alert(10)>custom</b>"} <= set(texts)  # other types: as text
     assert "&lt;img src=x onerror=alert(1)&gt;only-html" in page
     # output metadata a renderer writes into the page: of the type it expects, or gone
     metadata = [o.get("metadata", {}) for o in outputs]
