@@ -32,6 +32,7 @@ __all__ = ["SHELL_KINDS", "SHELL_SERVER", "ToolServer", "encode_result"]
 SHELL_SERVER = "ipybox"
 SHELL_KINDS = ("shell", "shell_magic")
 _REJECTED = "rejected by the application"  # unless the rejection says why
+_CANCELLED = "cancelled: its caller stopped waiting (the cell was interrupted or the tool server stopped)"
 
 
 class ToolServer(Service):
@@ -218,8 +219,10 @@ class ToolServer(Service):
             message = placeholders.redact(str(e), secrets)
             self._settle_soon(observers, record, decision, by, secrets, error=message, **refusal)
             raise ToolCallError(message, rejected=e.rejected) from None
-        except BaseException:
+        except BaseException:  # cancelled: the call may have been made (its tool ran, in part or all)
             self._audit(**record, decision=decision, outcome="cancelled")
+            fields = (server_name, tool_name, tool_args, decision, by)
+            self._report(ToolCallEvent("tool", *fields, None, _CANCELLED, tuple(secrets)), observers)
             raise
         self._settle_soon(observers, record, decision, by, secrets, result=encoded)
         return encoded

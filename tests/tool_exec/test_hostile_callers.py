@@ -77,6 +77,7 @@ thread.start()
 while not os.path.exists(GO):
     time.sleep(0.01)
 """
+SLOW = "from mcptools.nasty import slow\nslow.run(slow.Params(seconds=30))"
 ECHO = "from mcptools.nasty import echo\nprint(echo.run(echo.Params(message='after')))"
 
 
@@ -156,3 +157,11 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
         cells = executor.notebook().cells
         calls = {c.source: [t["tool"] for t in c.metadata["ipybox"]["tool_calls"]] for c in cells}
         assert (calls[LEFT_RUNNING], calls["thread.join()\nprint(late)"]) == (["slow"], [])
+
+        # a cell interrupted mid-call (its timeout): the call was made, then cancelled; the cell's
+        # record has it, as the audit log does
+        with pytest.raises(TimeoutError):
+            await executor.execute(SLOW, timeout=3)
+        [cell] = [c for c in executor.notebook().cells if c.source == SLOW]
+        [call] = cell.metadata["ipybox"]["tool_calls"]
+        assert (call["tool"], call["decision"]) == ("slow", "auto") and "cancelled" in call["error"], call
