@@ -220,9 +220,7 @@ class ToolServer(Service):
             self._settle_soon(observers, record, decision, by, secrets, error=message, **refusal)
             raise ToolCallError(message, rejected=e.rejected) from None
         except BaseException:  # cancelled: the call may have been made (its tool ran, in part or all)
-            self._audit(**record, decision=decision, outcome="cancelled")
-            fields = (server_name, tool_name, tool_args, decision, by)
-            self._report(ToolCallEvent("tool", *fields, None, _CANCELLED, tuple(secrets)), observers)
+            self._settled(observers, record, decision, by, secrets, error=_CANCELLED, outcome="cancelled")
             raise
         self._settle_soon(observers, record, decision, by, secrets, result=encoded)
         return encoded
@@ -243,11 +241,14 @@ class ToolServer(Service):
         *,
         result: dict[str, Any] | None = None,
         error: str | None = None,
+        outcome: str | None = None,
         **refusal: Any,
     ) -> None:
-        """Audit a tool call that ended (`result` or `error`) and report it to the observers."""
-        outcome = "ok" if error is None else "error"
-        self._audit(**record, decision=decision, outcome=outcome, error=error, **refusal)
+        """Audit a tool call that ended (`result` or `error`; `outcome` if neither ok nor error)
+        and report it to the observers."""
+        outcome = outcome or ("ok" if error is None else "error")
+        audited = None if outcome == "cancelled" else error  # the log says so by its outcome alone
+        self._audit(**record, decision=decision, outcome=outcome, error=audited, **refusal)
         fields = (record["server_name"], record["tool_name"], record["tool_args"], decision, by)
         self._report(ToolCallEvent("tool", *fields, result, error, tuple(secrets)), observers)
 
