@@ -178,7 +178,8 @@ class Listener:
         here rather than in a task of its own so that it starts in the event-loop turn its request
         arrived in: on the hot path, a turn is a good part of the tool server's own latency.
         """
-        ahead = asyncio.ensure_future(self._read_request(reader))
+        begun: list[bool] = []
+        ahead = asyncio.ensure_future(self._read_request(reader, begun))
         running = True
 
         def on_read(read: asyncio.Task[tuple[bytearray, int]]) -> None:
@@ -198,10 +199,10 @@ class Listener:
             raise
         finally:
             running = False
-        if not ahead.done():  # the usual case: nothing came yet; the connection reads on itself
+        if not ahead.done() and not begun:  # the usual case: nothing came; the connection reads on itself
             await self._drop(ahead)  # after the reply is out: not on the caller's path
             return None
-        return ahead
+        return ahead  # a request, or one whose first pieces it has taken: read on to its end
 
     async def _drop(self, read: asyncio.Task[tuple[bytearray, int]]) -> None:
         """End a request's read whose request nobody will handle; what it holds goes back."""
@@ -263,12 +264,15 @@ class Listener:
             return None
         return started
 
-    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[bytearray, int]:
+    async def _read_request(
+        self, reader: asyncio.StreamReader, begun: list[bool] | None = None
+    ) -> tuple[bytearray, int]:
         """The next request line (empty at the end) and the bytes of the budget it holds.
 
         Taken in pieces of at most `_READ_LIMIT` bytes, each counted (as the memory the line will
         take with it) before the next is read; a line that does not fit is read to its end,
-        dropped, and raised as `_TooLarge`.
+        dropped, and raised as `_TooLarge`. `begun` gets an item once a piece is taken: from then
+        on, ending the read would lose the start of the line.
         """
         line = bytearray()
         held = 0
@@ -280,6 +284,8 @@ class Listener:
                     piece = await reader.readexactly(e.consumed)
                 except asyncio.IncompleteReadError as e:  # the end: a last line without a newline
                     piece = e.partial
+                if begun is not None and piece:
+                    begun.append(True)
                 more = _allocated(len(line) + len(piece)) - held
                 if not self._reserve(more):
                     raise _TooLarge(len(line) + len(piece) + await _skip_line(reader, piece))

@@ -53,12 +53,23 @@ def exchange(data, count=1):
         sock.sendall(data)
         return replies(sock, count)
 
+def exchange_split():
+    import time
+    big = request("echo", message="y" * 200_000)
+    with connect() as sock:
+        sock.sendall(request("slow", seconds=0.3) + big[:100_000])
+        time.sleep(1.5)
+        sock.sendall(big[100_000:])
+        return replies(sock, 2)
+
 def deep(n, kind=list):
     value = "x"
     for _ in range(n):
         value = [value] if kind is list else {"k": value}
     return value
 """
+#: A request, and a large one sent in two halves, the second after the first call ended.
+SPLIT = "exchange_split()"
 #: Callers that hang up mid-call: at once, after half a request, or shutting their side only.
 HANG_UP = """
 for tail, end in [(b"", "close"), (b'{"op": "run"', "close"), (b"", "shutdown"), (b'{"op"', "shutdown")]:
@@ -131,6 +142,10 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
             "result": {"text": "done", "structured": None, "content": [{"type": "text", "text": "done"}]},
         }, answers
         assert "refused this request of 5242881 bytes" in answers[1]["error"]
+        # a line over the reader's 64 KiB limit, half sent while a call runs and the rest after it:
+        # the read taken beside the call goes on to its end rather than losing the half it has
+        split = await run(executor, SPLIT)
+        assert split[0]["ok"] is True and split[1]["result"]["text"] == "y" * 200_000, str(split)[:300]
         hello = json.dumps({"op": "approve", "token": "guessed"})
         answers = await run(executor, f"exchange(request('slow', seconds=0.5) + b'{hello}\\n', 2)")
         assert answers[0]["ok"] is True and answers[1] == {"ok": False, "error": "wrong approval token"}
