@@ -95,8 +95,8 @@ class ToolServer(Service):
         #: How allowed calls are decided and made (the seam a resume replaces, see `ToolCalls`).
         self.calls: ToolCalls = LiveCalls(self.approval, self._pool)
         #: Called with each settled call (`ToolCallEvent`), in the order they settle: those there
-        #: when the call came (a cell's recorder gets the calls its code made, also those that end
-        #: after it, and never a call of code an earlier cell left running).
+        #: when the call came (a cell's recorder gets the calls that came while it ran, also those
+        #: that end after it; the next cell's recorder does not).
         self.observers: list[Callable[[ToolCallEvent], None]] = []
         self._listener = Listener(
             self._dispatch,
