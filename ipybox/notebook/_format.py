@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ipybox._nesting import MAX_NESTING, deeper_than
 from ipybox._version import __version__
 from ipybox.errors import IpyboxError
 from ipybox.tool_exec.approval import display
@@ -33,10 +34,14 @@ FORMAT = 1
 TOOL_CALL_KEY = "ipybox_tool_call"
 #: MIME types whose content is script, which a front end would run.
 _SCRIPTS = frozenset({"application/javascript", "text/javascript", "application/x-javascript"})
-#: MIME types whose content is markup a renderer interprets (an HTML export inlines it): HTML can
-#: carry script and event handlers, so can SVG; markdown can hold raw HTML; LaTeX goes to MathJax.
-#: Left out of the record; their source is kept as plain text where nothing else represents the output.
-_MARKUP = frozenset({"text/html", "text/markdown", "image/svg+xml", "text/latex"})
+#: The MIME types an output keeps: data every renderer shows as data (text escaped, images as
+#: base64, JSON as a tree). Any other may be markup to some renderer, and an HTML export inlines
+#: it (HTML and SVG carry script and event handlers, markdown raw HTML, LaTeX goes to MathJax,
+#: nbconvert writes text/vnd.mermaid into the page unescaped): left out of the record, its source
+#: kept as plain text where nothing else represents the output.
+_DATA = frozenset({"text/plain", "image/png", "image/jpeg", "application/json"})
+#: In place of an output whose data nests deeper than a recursive walk (validation, load) takes.
+_TOO_DEEP = f"[ipybox: an output nested over {MAX_NESTING} levels deep, not kept in the notebook]"
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>=:$])")
 _DECIDED = {
     "accepted": "accepted",
@@ -59,8 +64,10 @@ def display_output(msg_type: str, content: dict[str, Any], execution_count: int)
     """The output of a display message; None if nothing of it is kept (script is never kept, markup
     only as its plain-text source where nothing else represents it: a reader would run it)."""
     given = {str(k): _mime_value(v) for k, v in (content.get("data") or {}).items() if k not in _SCRIPTS}
-    data = {k: v for k, v in given.items() if k not in _MARKUP}
-    if not data and (markup := [v for k, v in given.items() if k in _MARKUP and isinstance(v, str)]):
+    if deep := [k for k, v in given.items() if deeper_than(v)]:  # would break the notebook's save and load
+        given = {k: v for k, v in given.items() if k not in deep} or {"text/plain": _TOO_DEEP}
+    data = {k: v for k, v in given.items() if k in _DATA}
+    if not data and (markup := [v for k, v in given.items() if isinstance(v, str)]):
         data = {"text/plain": markup[0]}  # the source, shown as text
     if not data:
         return None
@@ -228,7 +235,7 @@ def parse(text: str, path: Path) -> nbformat.NotebookNode:
     try:
         nb = nbformat.reads(text, as_version=4)
         nbformat.validate(nb)
-    except (nbformat.ValidationError, ValueError, KeyError, AttributeError, TypeError) as e:
+    except (nbformat.ValidationError, ValueError, KeyError, AttributeError, TypeError, RecursionError) as e:
         message = getattr(e, "message", None) or str(e)
         raise NotebookError(
             f"{path} is not a valid Jupyter notebook (nbformat v4): {message}. Pass a notebook that "

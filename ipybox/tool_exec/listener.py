@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from ipybox._nesting import MAX_NESTING, deeper_than
 from ipybox.kernel_mgr.limits import format_size
 from ipybox.tool_exec.connections import ToolCallError
 
@@ -40,6 +41,11 @@ Dispatch = Callable[[dict[str, Any]], "Coroutine[Any, Any, Any] | dict[str, Any]
 ApprovalHandler = Callable[[dict[str, Any], asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 #: Requests that need the TCP token.
 _GUARDED = ("run", "shell")
+_TOO_DEEP = (
+    f"The ipybox tool server refused this request: its arrays and objects nest more than {MAX_NESTING} "
+    "levels deep, more than any tool's arguments need. Flatten the data, or pass it to the tool as a "
+    "file in the workspace."
+)
 
 
 class _TooLarge(Exception):
@@ -133,19 +139,16 @@ class Listener:
                 if not line:
                     self._release(held)
                     break
-                started = await self._handle(line, reader, writer, check_token, uncharge)
-                line = bytearray()  # a call holds what its request parsed to, counted as `held`
-                if started is None:
-                    self._release(held)
-                    continue
-                if isinstance(started, Coroutine):
-                    try:
+                try:  # whatever ends the request (a bug or a cancel too) gives back what it held
+                    started = await self._handle(line, reader, writer, check_token, uncharge)
+                    line = bytearray()  # a call holds what its request parsed to, counted as `held`
+                    if isinstance(started, Coroutine):
                         ahead = await self._call(started, reader, writer, task)
-                    finally:
-                        self._release(held)
-                    continue
-                self._release(held)
-                return  # handed over to the approval client, or refused
+                finally:
+                    self._release(held)
+                    held = 0
+                if started is False:
+                    return  # handed over to the approval client, or refused
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         except asyncio.CancelledError:
@@ -154,8 +157,7 @@ class Listener:
             pass
         finally:
             if ahead is not None:
-                ahead.cancel()
-                await asyncio.wait({ahead})
+                await self._drop(ahead)
             self._release(reserved)
             self._connections.discard(task)
             self._counted.discard(task)
@@ -176,22 +178,39 @@ class Listener:
         here rather than in a task of its own so that it starts in the event-loop turn its request
         arrived in: on the hot path, a turn is a good part of the tool server's own latency.
         """
-        ahead = asyncio.ensure_future(self._read_request(reader))
+        begun: list[bool] = []
+        ahead = asyncio.ensure_future(self._read_request(reader, begun))
         running = True
 
         def on_read(read: asyncio.Task[tuple[bytearray, int]]) -> None:
-            if running and not read.cancelled() and (read.exception() is not None or not read.result()[0]):
-                connection.cancel()  # a hang-up (or a broken connection) while the call runs
+            if not running or read.cancelled():
+                return
+            error = read.exception()
+            if isinstance(error, _TooLarge):  # answered after the call
+                return
+            if error is not None or not read.result()[0].endswith(b"\n"):
+                connection.cancel()  # a hang-up (its last line unfinished, if any) or a broken connection
 
         ahead.add_done_callback(on_read)
         try:
             await _call_and_reply(call, writer)
+        except BaseException:  # cancelled (a hang-up, close()): the read's bytes go back too
+            await self._drop(ahead)
+            raise
         finally:
             running = False
-        if not ahead.done():  # the usual case: nothing came yet; the connection reads on itself
-            ahead.cancel()
-            await asyncio.wait({ahead})  # after the reply is out: not on the caller's path
-        return None if ahead.cancelled() else ahead
+        if not ahead.done() and not begun:  # the usual case: nothing came; the connection reads on itself
+            await self._drop(ahead)  # after the reply is out: not on the caller's path
+            return None
+        return ahead  # a request, or one whose first pieces it has taken: read on to its end
+
+    async def _drop(self, read: asyncio.Task[tuple[bytearray, int]]) -> None:
+        """End a request's read whose request nobody will handle; what it holds goes back."""
+        if not read.done():
+            read.cancel()
+            await asyncio.wait({read})  # a cancelled read gives back its bytes itself
+        if not read.cancelled() and read.exception() is None:
+            self._release(read.result()[1])
 
     async def _admit(self, writer: asyncio.StreamWriter) -> bool:
         """Take a new connection within the limits (its read buffers reserved), or refuse it."""
@@ -220,11 +239,17 @@ class Listener:
         try:
             request = json.loads(line)
             op = request.get("op")
+            too_deep = _nests_deeper(line, request)
+        except RecursionError:  # json.loads gives up on it, deeper still
+            too_deep = True
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             await send(writer, {"ok": False, "error": "malformed request"})
             return None
         finally:
             self._release(parsing)
+        if too_deep:
+            await send(writer, {"ok": False, "error": _TOO_DEEP})
+            return None
         if op == "approve":
             uncharge()
             await self._approvals(request, reader, writer)
@@ -239,12 +264,15 @@ class Listener:
             return None
         return started
 
-    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[bytearray, int]:
+    async def _read_request(
+        self, reader: asyncio.StreamReader, begun: list[bool] | None = None
+    ) -> tuple[bytearray, int]:
         """The next request line (empty at the end) and the bytes of the budget it holds.
 
         Taken in pieces of at most `_READ_LIMIT` bytes, each counted (as the memory the line will
         take with it) before the next is read; a line that does not fit is read to its end,
-        dropped, and raised as `_TooLarge`.
+        dropped, and raised as `_TooLarge`. `begun` gets an item once a piece is taken: from then
+        on, ending the read would lose the start of the line.
         """
         line = bytearray()
         held = 0
@@ -256,6 +284,8 @@ class Listener:
                     piece = await reader.readexactly(e.consumed)
                 except asyncio.IncompleteReadError as e:  # the end: a last line without a newline
                     piece = e.partial
+                if begun is not None and piece:
+                    begun.append(True)
                 more = _allocated(len(line) + len(piece)) - held
                 if not self._reserve(more):
                     raise _TooLarge(len(line) + len(piece) + await _skip_line(reader, piece))
@@ -328,6 +358,12 @@ async def _call_and_reply(call: Coroutine[Any, Any, Any], writer: asyncio.Stream
         message = {"ok": False, "error": f"tool server error: {type(error).__name__}: {error}"}
     if not writer.is_closing():
         writer.write(json.dumps(message).encode() + b"\n")
+
+
+def _nests_deeper(line: bytes | bytearray, request: Any) -> bool:
+    """Whether `request` (parsed from `line`) nests over `MAX_NESTING` deep; walked only when the
+    line holds that many brackets, as requests seldom do."""
+    return line.count(b"[") + line.count(b"{") > MAX_NESTING and deeper_than(request)
 
 
 def _allocated(size: int) -> int:

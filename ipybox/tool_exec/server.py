@@ -32,6 +32,7 @@ __all__ = ["SHELL_KINDS", "SHELL_SERVER", "ToolServer", "encode_result"]
 SHELL_SERVER = "ipybox"
 SHELL_KINDS = ("shell", "shell_magic")
 _REJECTED = "rejected by the application"  # unless the rejection says why
+_CANCELLED = "cancelled: its caller stopped waiting (the cell was interrupted or the tool server stopped)"
 
 
 class ToolServer(Service):
@@ -93,7 +94,9 @@ class ToolServer(Service):
         self._pool = ConnectionPool(connect_timeout, call_timeout)
         #: How allowed calls are decided and made (the seam a resume replaces, see `ToolCalls`).
         self.calls: ToolCalls = LiveCalls(self.approval, self._pool)
-        #: Called with each settled call (`ToolCallEvent`), in the order they settle.
+        #: Called with each settled call (`ToolCallEvent`), in the order they settle: those there
+        #: when the call came (a cell's recorder gets the calls that came while it ran, also those
+        #: that end after it; the next cell's recorder does not).
         self.observers: list[Callable[[ToolCallEvent], None]] = []
         self._listener = Listener(
             self._dispatch,
@@ -167,8 +170,9 @@ class ToolServer(Service):
         """Approve and execute one tool call; returns the encoded result or raises `ToolCallError`.
 
         Every call, refused or not, is written to the audit log if there is one, and reported to
-        the `observers`.
+        the `observers` there were when it came.
         """
+        observers = tuple(self.observers)
         record = {
             "server_name": server_name,
             "tool_name": tool_name,
@@ -213,12 +217,12 @@ class ToolServer(Service):
         except ToolCallError as e:
             # Errors go back to kernel code: never with what a ${VAR} placeholder resolved to.
             message = placeholders.redact(str(e), secrets)
-            self._settle_soon(record, decision, by, secrets, error=message, **refusal)
+            self._settle_soon(observers, record, decision, by, secrets, error=message, **refusal)
             raise ToolCallError(message, rejected=e.rejected) from None
-        except BaseException:
-            self._audit(**record, decision=decision, outcome="cancelled")
+        except BaseException:  # cancelled: the call may have been made (its tool ran, in part or all)
+            self._settled(observers, record, decision, by, secrets, error=_CANCELLED, outcome="cancelled")
             raise
-        self._settle_soon(record, decision, by, secrets, result=encoded)
+        self._settle_soon(observers, record, decision, by, secrets, result=encoded)
         return encoded
 
     def _settle_soon(self, *args: Any, **kwargs: Any) -> None:
@@ -229,6 +233,7 @@ class ToolServer(Service):
 
     def _settled(
         self,
+        observers: tuple[Callable[[ToolCallEvent], None], ...],
         record: dict[str, Any],
         decision: str,
         by: str | None,
@@ -236,13 +241,16 @@ class ToolServer(Service):
         *,
         result: dict[str, Any] | None = None,
         error: str | None = None,
+        outcome: str | None = None,
         **refusal: Any,
     ) -> None:
-        """Audit a tool call that ended (`result` or `error`) and report it to the observers."""
-        outcome = "ok" if error is None else "error"
-        self._audit(**record, decision=decision, outcome=outcome, error=error, **refusal)
+        """Audit a tool call that ended (`result` or `error`; `outcome` if neither ok nor error)
+        and report it to the observers."""
+        outcome = outcome or ("ok" if error is None else "error")
+        audited = None if outcome == "cancelled" else error  # the log says so by its outcome alone
+        self._audit(**record, decision=decision, outcome=outcome, error=audited, **refusal)
         fields = (record["server_name"], record["tool_name"], record["tool_args"], decision, by)
-        self._report(ToolCallEvent("tool", *fields, result, error, tuple(secrets)))
+        self._report(ToolCallEvent("tool", *fields, result, error, tuple(secrets)), observers)
 
     async def approve_shell(self, kind: str, cmd: str) -> None:
         """Ask the application to approve a shell command a kernel is about to run.
@@ -250,6 +258,7 @@ class ToolServer(Service):
         `kind` is "shell" (`!cmd`) or "shell_magic" (a `%%bash`/`%%sh` cell). Raises
         `ToolCallError` unless it is approved; audited like a tool call of server "ipybox".
         """
+        observers = tuple(self.observers)
         record = {
             "server_name": SHELL_SERVER,
             "tool_name": kind,
@@ -263,7 +272,8 @@ class ToolServer(Service):
             self._audit(**record, decision=decision, outcome="error")
             error = str(e) if isinstance(e, ToolCallError) else f"Shell command was not approved: {e}."
             self._report(
-                ToolCallEvent("shell", SHELL_SERVER, kind, {"cmd": cmd}, decision, None, None, error)
+                ToolCallEvent("shell", SHELL_SERVER, kind, {"cmd": cmd}, decision, None, None, error),
+                observers,
             )
             raise ToolCallError(error) from None
         except BaseException:
@@ -274,13 +284,14 @@ class ToolServer(Service):
         self._report(
             ToolCallEvent(
                 "shell", SHELL_SERVER, kind, {"cmd": cmd}, verdict.decision, verdict.by, None, refused
-            )
+            ),
+            observers,
         )
         if refused is not None:
             raise ToolCallError(refused, rejected=True)
 
-    def _report(self, event: ToolCallEvent) -> None:
-        for observer in list(self.observers):
+    def _report(self, event: ToolCallEvent, observers: tuple[Callable[[ToolCallEvent], None], ...]) -> None:
+        for observer in observers:
             try:
                 observer(event)
             except Exception:  # an observer's bug must not fail the kernel's call

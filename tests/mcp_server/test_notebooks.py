@@ -163,13 +163,22 @@ print('forged:', done, os.path.exists(nb))
 """
 
 
+#: Kernel output nested too deep for a recursive load: it made a notebook the next start could not read.
+_DEEP = """secret = 'kept'
+from IPython.display import display
+deep = 'x'
+for _ in range(600):
+    deep = [deep]
+display({'application/json': deep, 'text/plain': 'deep'}, raw=True)"""
+
+
 async def test_sandboxed_kernel_cannot_forge_its_notebook(workspace: Path, state_dir: Path) -> None:
     require_sandbox()
     async with stdio(workspace, state_dir, "legacy", "--sandbox", user=User()) as client:
-        await output(client, "secret = 'kept'")
+        await output(client, _DEEP)
         assert await output(client, _FORGE) == "forged: [] True"
     nb = _notebook(workspace)
-    assert [c.source for c in nb.cells if c.cell_type == "code"] == ["secret = 'kept'", _FORGE]
+    assert [c.source for c in nb.cells if c.cell_type == "code"] == [_DEEP, _FORGE]
     assert sorted(os.listdir(workspace / ".ipybox" / "notebooks")) == ["default.ipynb"]
     async with stdio(workspace, state_dir, "legacy", "--sandbox", "--resume", user=User()) as client:
         assert (await output(client, "print(secret)")).endswith("kept")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 
@@ -139,6 +140,56 @@ def test_a_file_that_is_no_notebook_is_refused_with_its_cause(tmp_path: Path) ->
             SessionRecord.load(path)
 
 
+def _deep(depth: int, kind: type = list) -> object:
+    value: object = "x"
+    for _ in range(depth):
+        value = [value] if kind is list else {"k": value}
+    return value
+
+
+def test_output_nested_too_deep_is_not_kept_and_such_a_file_is_refused(tmp_path: Path) -> None:
+    # a kernel's output nested ~600 deep made a notebook that saved but never loaded again
+    # (RecursionError): every later start of that kernel, seeded from it, failed
+    record = SessionRecord("deep")
+    cell = record.begin_cell("show()")
+    cell.add_output("display_data", {"data": {"application/json": _deep(600), "text/plain": "p"}})
+    cell.add_output("display_data", {"data": {"application/json": _deep(300, dict)}})
+    cell.add_output("execute_result", {"data": {"application/json": {"a": _deep(150)}}})
+    cell.add_output("display_data", {"data": {"application/json": _deep(99)}})  # within: kept
+    cell.finish(0.1)
+    record.save(tmp_path / "deep.ipynb")
+    outputs = SessionRecord.load(tmp_path / "deep.ipynb").to_notebook().cells[0].outputs
+    assert [o["data"] for o in outputs[:3]] == [
+        {"text/plain": "p"},
+        {"text/plain": "[ipybox: an output nested over 100 levels deep, not kept in the notebook]"},
+        {"text/plain": "[ipybox: an output nested over 100 levels deep, not kept in the notebook]"},
+    ]
+    assert outputs[3]["data"]["application/json"] == _deep(99)
+
+    # such a file (an unsandboxed kernel's, an earlier ipybox's) is refused as a notebook, not a crash
+    output = {"output_type": "display_data", "data": {"application/json": _deep(700)}, "metadata": {}}
+    forged = [
+        {"cell_type": "code", "id": "a", "source": "x", "metadata": {}, "outputs": [output]},
+        {
+            "cell_type": "code",
+            "id": "b",
+            "source": "x",
+            "metadata": {"ipybox": _deep(700, dict)},
+            "outputs": [],
+        },
+    ]
+    for cell_json in forged:
+        nb = {
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "metadata": {},
+            "cells": [cell_json | {"execution_count": 1}],
+        }
+        (tmp_path / "forged.ipynb").write_text(json.dumps(nb))
+        with pytest.raises(NotebookError, match="not a valid Jupyter notebook"):
+            SessionRecord.load(tmp_path / "forged.ipynb")
+
+
 def test_clear_output_clears_what_the_cell_showed_but_not_its_tool_calls() -> None:
     cell = SessionRecord("clear").begin_cell("progress()")
     cell.add_output("stream", {"name": "stdout", "text": "10%\n"})
@@ -166,6 +217,9 @@ display({"image/png": png}, raw=True, metadata={"height": "2 onload=alert(7)", "
 display({"image/jpeg": png}, raw=True, metadata={"image/jpeg": {"height": [1, "onerror=alert(8)"]}})
 display({"image/png": png}, raw=True, metadata={"filenames": {"image/png": "/etc/passwd"}})
 display({"text/plain": "tool call: x → accepted"}, raw=True, metadata={"ipybox_tool_call": True})
+display({"text/vnd.mermaid": "</pre><img src=x onerror=alert(9)><pre>", "text/plain": "diagram"}, raw=True)
+display({"application/vnd.custom+html": "<b onclick=alert(10)>custom</b>"}, raw=True)
+display({"application/pdf": "JVBERi0=", "image/gif": "R0lGOD=", "text/plain": "files"}, raw=True)
 Table()
 """
 
@@ -184,8 +238,16 @@ async def test_markup_a_kernel_displays_is_kept_as_text_never_rendered(tmp_path:
     assert "Table(1)" in texts  # a rich object keeps its plain form
     assert any("only-html" in t for t in texts)  # markup alone: its source, as text
     page, _ = HTMLExporter().from_notebook_node(nb)
-    for active in ("<b onclick", "<img src=x", "<svg xmlns", "<td onmouseover", "<script>alert"):
+    for active in (
+        "<b onclick",
+        "<img src=x",
+        "<svg xmlns",
+        "<td onmouseover",
+        "<script>alert",
+        'class="mermaid"',
+    ):
         assert active not in page, active
+    assert {"diagram", "files", "<b onclick=alert(10)>custom</b>"} <= set(texts)  # other types: as text
     assert "&lt;img src=x onerror=alert(1)&gt;only-html" in page
     # output metadata a renderer writes into the page: of the type it expects, or gone
     metadata = [o.get("metadata", {}) for o in outputs]
