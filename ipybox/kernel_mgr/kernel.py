@@ -378,7 +378,8 @@ class Kernel:
                 msg = await client.get_iopub_msg(timeout=1)
             except Empty:
                 continue
-            except ValueError as e:  # not a Jupyter message (no delimiter, a bad signature): skipped
+            except (ValueError, RecursionError) as e:  # not a Jupyter message (no delimiter, a bad
+                # signature, JSON nested too deep to parse): skipped
                 logger.warning("skipped a malformed message from kernel %s: %s", self.pid, e)
                 continue
             if relay is not None and relay.drops > drops:  # dropped before this message was passed on

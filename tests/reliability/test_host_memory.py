@@ -58,6 +58,9 @@ sent = threading.Event()
 def send():
     io.socket.send_multipart([b"x" * 2**20] * 100)  # one message of 100 parts, each under the limit
     io.socket.send_multipart([b"not", b"a", b"jupyter", b"message"])  # and a small malformed one
+    session = get_ipython().display_pub.session  # and a signed one too deep to parse
+    parts = [session.pack(session.msg_header("display_data")), b"{}", b"{}", b"[" * 3000 + b"]" * 3000]
+    io.socket.send_multipart([b"topic", b"<IDS|MSG>", session.sign(parts), *parts])
     sent.set()
 io.schedule(send)
 sent.wait(60)
