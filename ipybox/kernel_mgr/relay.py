@@ -31,7 +31,7 @@ _GREETING = 64  # ZMTP 3: signature (10), version (2), mechanism (20), as-server
 _MORE, _LONG, _COMMAND = 0x01, 0x02, 0x04
 #: How often the relay tries a kernel socket that does not accept yet (the kernel still starting,
 #: or gone): at first, then at most.
-_RETRY_FIRST_S, _RETRY_MAX_S = 0.005, 0.2
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.002, 0.02
 
 
 class ProtocolViolation(IpyboxError):
