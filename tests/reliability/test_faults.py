@@ -378,7 +378,7 @@ async def test_killed_mcp_server_command_leaves_nothing_behind(tmp_path: Path) -
     workspace, state = tmp_path / "workspace", tmp_path / "state"
     tree: list[psutil.Process] = []
     try:
-        async with raw_ipybox(workspace, state) as box:
+        async with raw_ipybox(workspace, state, "--spare-kernels", "1") as box:
             reply = await box.call(
                 "register_mcp_server", {"server_name": "nasty", "server_params": nasty_params()}
             )
