@@ -148,20 +148,8 @@ def test_approval_prompt_example_prints_what_the_doc_shows(tmp_path: Path) -> No
     """docs/tool-calls.md shows a hostile call's prompt: the doc's output is the example's, exactly."""
     if not node_servers_installed():
         pytest.skip("node MCP servers not installed")
-    block, shown = _example_and_output(
-        "docs/tool-calls.md", "test_approval_prompt_example_prints_what_the_doc_shows"
-    )
-    (tmp_path / "block.py").write_text(block.code)
-    done = subprocess.run(
-        [sys.executable, "block.py"],
-        cwd=tmp_path,
-        env=user_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == shown
+    test = "test_approval_prompt_example_prints_what_the_doc_shows"
+    _run_example("docs/tool-calls.md", test, tmp_path, timeout=100)
 
 
 @pytest.mark.timeout(150)
@@ -172,9 +160,14 @@ def test_sandboxed_mcp_server_example_prints_what_the_doc_shows(tmp_path: Path) 
         pytest.skip(f"needs a sandbox ({problem})")
     if not node_servers_installed():
         pytest.skip("node MCP servers not installed")
-    block, shown = _example_and_output(
-        "docs/sandbox.md", "test_sandboxed_mcp_server_example_prints_what_the_doc_shows"
-    )
+    test = "test_sandboxed_mcp_server_example_prints_what_the_doc_shows"
+    _run_example("docs/sandbox.md", test, tmp_path, timeout=120)
+
+
+def _run_example(doc: str, test: str, tmp_path: Path, timeout: float) -> None:
+    """Run the example of `doc` marked as tested by `test` as a user would, and check that it
+    prints exactly the output the doc shows after it."""
+    block, shown = _example_and_output(doc, test)
     (tmp_path / "block.py").write_text(block.code)
     done = subprocess.run(
         [sys.executable, "block.py"],
@@ -182,7 +175,7 @@ def test_sandboxed_mcp_server_example_prints_what_the_doc_shows(tmp_path: Path) 
         env=user_env(tmp_path),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == shown, done.stdout
