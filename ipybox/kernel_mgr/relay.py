@@ -19,6 +19,7 @@ import functools
 import logging
 import os
 import shutil
+import stat
 import struct
 import tempfile
 from collections.abc import Callable, Iterable
@@ -222,6 +223,8 @@ class Relay:
             if host.transport is None or host.transport.is_closing():
                 return
             try:
+                if not stat.S_ISSOCK(os.lstat(target).st_mode):  # a link or file the kernel put there
+                    raise ConnectionRefusedError(f"{target} is not a socket")
                 await loop.create_unix_connection(lambda: kernel, target)
                 break
             except (FileNotFoundError, ConnectionRefusedError):

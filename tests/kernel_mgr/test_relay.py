@@ -134,3 +134,21 @@ async def _say_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
     writer.write(b"HTTP/1.1 200 OK\r\n\r\n")
     await reader.read()
     writer.close()
+
+
+async def test_a_link_in_place_of_the_kernel_socket_is_never_followed(tmp_path: Path) -> None:
+    """A kernel can write its own runtime dir: a link to another socket there is not connected to."""
+    elsewhere = await asyncio.start_unix_server(_say_http, str(tmp_path / "host-service"))
+    kernel_ip = str(tmp_path / "kernel")
+    Path(f"{kernel_ip}-1").symlink_to(tmp_path / "host-service")
+    relay = Relay(kernel_ip, [1], LIMIT)
+    host_ip = await relay.start()
+    try:
+        reader, writer = await asyncio.open_unix_connection(f"{host_ip}-1")
+        writer.write(GREETING)
+        with pytest.raises(TimeoutError):  # held open, never joined to the link's target
+            await asyncio.wait_for(reader.read(1), 0.5)
+        writer.close()
+    finally:
+        await relay.close()
+        elsewhere.close()
