@@ -4,17 +4,20 @@
 
 (run by path, it imports only the standard library: not even the `ipybox` package.)
 
-A client such as Claude Code gives a stdio server 30 s to answer `initialize`, and starts all
-its servers at once. ipybox's own start (importing `mcp`, pydantic models, jupyter_client) takes
-1.5 s of a quiet core, and many times that on a busy machine or on a plugin's first start, when
-every module is compiled as it is imported. The front is a stdlib-only process that starts the
-server command, forwards every line between the two unchanged, and meanwhile answers what needs
-no server: `initialize` (handshake era), `ping` and the parameterless list requests, from the
-answers recorded in `front_answers.json` (`--record` writes them; tests/cli/test_front.py checks
-them against the live server). The server still gets every message, in order; its answers to
-requests the front already answered are dropped (compared first: a difference is said on
-stderr). Once the server has answered `initialize`, only `ping` is still answered by the front;
-a client that starts without `initialize` (the 2026-07-28 era) is only forwarded.
+A client such as Claude Code gives a stdio server 30 s to answer its opening request (a
+2026-07-28 client gives `server/discover` 10 s), and starts all its servers at once. ipybox's
+own start (importing `mcp`, pydantic models, jupyter_client) takes 1.5 s of a quiet core, and
+many times that on a busy machine or on a plugin's first start, when every module is compiled as
+it is imported. The front is a stdlib-only process that starts the server command, forwards
+every line between the two unchanged, and meanwhile answers what needs no server: the opening
+request of either protocol era (`initialize`, `server/discover`), the list requests without a
+cursor, and (handshake era only: the 2026-07-28 era has none) `ping`, from the answers recorded
+in `front_answers.json` per protocol version (`--record` writes them; tests/cli/test_front.py
+checks them against the live server). The server still gets every message, in order; its
+answers to requests the front already answered are dropped (compared first: a difference is
+said on stderr). Once the server has answered the opening request, only `ping` is still answered
+by the front. A client that opens with another request, or a version with no recording, is only
+forwarded.
 
 If the server exits, requests still waiting for an answer, and every later one, get an error
 carrying the last lines it wrote to stderr (which also pass through); when the client hangs up,
@@ -38,14 +41,18 @@ from typing import IO, Any
 ANSWERS = Path(__file__).with_name("front_answers.json")
 #: Requests without parameters whose answers are recorded: they describe the server, not a state.
 LISTS = ("tools/list", "prompts/list", "resources/list", "resources/templates/list")
+#: The request each era opens a session with (the 2026-07-28 era names its version in `_meta`).
+OPENINGS = ("initialize", "server/discover")
+_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 
 
 class _Front:
     def __init__(self, server: subprocess.Popen[bytes], answers: dict[str, Any]) -> None:
         self.server = server
         self.answers = answers
-        self.version: str | None = None  # the protocol version the front answered initialize with
-        self.ready = False  # the server answered initialize: it answers everything itself now
+        self.version: str | None = None  # the protocol version the front opened the session with
+        self.opening: int | str | None = None  # the id of the client's opening request
+        self.ready = False  # the server answered the opening: it answers everything itself now
         #: Requests the front answered, by id, with its answer: the server's answer is dropped.
         self.dropped: dict[int | str, tuple[str, dict[str, Any]]] = {}
         self.waiting: set[Any] = set()  # ids of requests only the server can answer
@@ -65,18 +72,20 @@ class _Front:
         method, params = message.get("method"), message.get("params") or {}
         if not isinstance(message.get("id"), (int, str)) or not isinstance(method, str):
             return None
-        if method == "ping":
+        if not isinstance(params, dict):
+            return None
+        if method == "ping" and self.version not in MODERN:
             return {}
         if self.ready:
             return None
-        if method == "initialize" and self.version is None:
-            version = params.get("protocolVersion") if isinstance(params, dict) else None
-            result = self.answers.get(version) if isinstance(version, str) else None
+        if method in OPENINGS and self.version is None:
+            version = _opening_version(method, params)
+            result = self.answers.get(version, {}).get(method) if isinstance(version, str) else None
             if result is not None:
                 self.version = version
-                return dict(result["initialize"])
+                return dict(result)
             return None
-        if self.version is not None and method in LISTS and not params:
+        if self.version is not None and method in LISTS and set(params) <= {"_meta"}:
             found: dict[str, Any] | None = self.answers[self.version].get(method)
             return found
         return None
@@ -90,8 +99,11 @@ class _Front:
                 message = None
             if not isinstance(message, dict):
                 message = {}
-            if self.version is None and not self.ready and message.get("method") != "initialize":
-                self.ready = True  # not the handshake era: forward only
+            if self.opening is None and not self.ready:
+                if message.get("method") not in OPENINGS or not isinstance(message.get("id"), (int, str)):
+                    self.ready = True  # no opening the front knows: forward only
+                else:
+                    self.opening = message["id"]
             with self.lock:
                 gone, answer = self.gone, self._answer(message)
                 request_id = message.get("id") if "method" in message else None
@@ -126,17 +138,15 @@ class _Front:
                 request_id = message["id"] if isinstance(message["id"], (int, str)) else None
                 with self.lock:
                     given = self.dropped.pop(request_id, None) if request_id is not None else None
-                    if given is not None:
-                        self.ready = self.ready or "serverInfo" in (message.get("result") or {})
-                    else:
+                    if given is None:
                         self.waiting.discard(request_id)
+                    if request_id is not None and request_id == self.opening:
+                        self.ready = True
                 if given is not None:
                     method, answer = given
                     if message.get("result") != answer:  # the client was told something else
                         _complain(f"ipybox answers {method} differently than {ANSWERS.name}")
                     continue
-                if "serverInfo" in (message.get("result") or {}):
-                    self.ready = True
             with self.lock:
                 self.out.write(line)
                 self.out.flush()
@@ -163,6 +173,14 @@ def _complain(text: str) -> None:
     sys.stderr.flush()
 
 
+def _opening_version(method: str, params: dict[str, Any]) -> Any:
+    """The protocol version an opening request asks for."""
+    if method == "initialize":
+        return params.get("protocolVersion")
+    meta = params.get("_meta")
+    return meta.get(_VERSION_META) if isinstance(meta, dict) else None
+
+
 def _error(request_id: int | str, text: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32603, "message": text}}
 
@@ -178,7 +196,7 @@ def serve(command: list[str]) -> int:
 
     def on_signal(signum: int, _: object) -> None:
         server.send_signal(signum)  # the server stops its kernels, then exits
-        if not front.ready:  # it has none before it answered initialize: no need to wait for it
+        if not front.ready:  # it has none before it answered the opening: no need to wait for it
             os._exit(128 + signum)  # not sys.exit: the reader threads hold the std streams' locks
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -196,11 +214,14 @@ def serve(command: list[str]) -> int:
 
 
 #: The handshake era's protocol versions (mcp_types.version.HANDSHAKE_PROTOCOL_VERSIONS).
-VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+HANDSHAKE = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+#: The stateless era's (mcp_types.version.MODERN_PROTOCOL_VERSIONS): every request names its version.
+MODERN = ("2026-07-28",)
+VERSIONS = HANDSHAKE + MODERN
 
 
 def record(command: list[str], versions: tuple[str, ...] = VERSIONS) -> dict[str, Any]:
-    """The server's answers to `initialize` and the list requests, per handshake protocol version."""
+    """The server's answers to the opening request and the list requests, per protocol version."""
     answers: dict[str, Any] = {}
     for version in versions:
         with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as server:
@@ -216,11 +237,22 @@ def record(command: list[str], versions: tuple[str, ...] = VERSIONS) -> dict[str
                         return dict(reply)
                 raise RuntimeError(f"{command[0]} exited without answering {method}")
 
-            init = {"protocolVersion": version, "capabilities": {}, "clientInfo": _CLIENT}
-            answers[version] = {"initialize": ask("initialize", init)["result"]}
-            server.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+            params: dict[str, Any]
+            if version in MODERN:  # each request says who asks, and in which version
+                meta = {
+                    _VERSION_META: version,
+                    "io.modelcontextprotocol/clientInfo": _CLIENT,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                }
+                params = {"_meta": meta}
+                answers[version] = {"server/discover": ask("server/discover", params)["result"]}
+            else:
+                init = {"protocolVersion": version, "capabilities": {}, "clientInfo": _CLIENT}
+                answers[version] = {"initialize": ask("initialize", init)["result"]}
+                server.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+                params = {}
             for method in LISTS:
-                if "result" in (reply := ask(method, {})):
+                if "result" in (reply := ask(method, params)):
                     answers[version][method] = reply["result"]
             server.stdin.close()
             server.wait(timeout=60)

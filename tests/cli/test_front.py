@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters
+from mcp.client.client import Client
 from mcp.client.stdio import stdio_client
 from mcp.types import ElicitRequestParams, ElicitResult
 from servers.launch import REPO, SANDBOX_PATH, require_sandbox
@@ -24,7 +25,8 @@ from ipybox.cli import front
 IPYBOX = Path(sys.executable).parent / "ipybox"
 FRONT = [sys.executable, front.__file__, "--"]  # by path, as the plugins run it
 TOOLS = {"register_mcp_server", "execute_ipython_cell", "install_package", "reset"}
-LATEST = front.VERSIONS[-1]
+LATEST = front.HANDSHAKE[-1]
+MODES = ["auto", "legacy"]  # the real client in the 2026-07-28 era, and in the handshake era
 NOTES_SERVER = REPO / "tests" / "servers" / "notes_server.py"
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,33 +41,40 @@ def test_recorded_answers_are_what_the_server_answers(
     if options:
         require_sandbox()
         monkeypatch.setenv("PATH", SANDBOX_PATH)
-    live = front.record([str(IPYBOX), "--workspace", str(tmp_path), *options], versions=(LATEST,))
+    command = [str(IPYBOX), "--workspace", str(tmp_path), *options]
+    live = front.record(command, versions=(LATEST, *front.MODERN))
     recorded = json.loads(front.ANSWERS.read_text())
-    assert live[LATEST] == recorded[LATEST], (
-        "ipybox/cli/front_answers.json is stale: run "
-        "`uv run python ipybox/cli/front.py --record -- ipybox --workspace /tmp` and commit it"
-    )
+    for version in live:
+        assert live[version] == recorded[version], (
+            "ipybox/cli/front_answers.json is stale: run "
+            "`uv run python ipybox/cli/front.py --record -- ipybox --workspace /tmp` and commit it"
+        )
     assert set(recorded) == set(front.VERSIONS)
-    for version, answers in recorded.items():
-        assert answers["initialize"]["protocolVersion"] == version
+    for version in front.HANDSHAKE:
+        assert recorded[version]["initialize"]["protocolVersion"] == version
+    for version in front.MODERN:
+        assert version in recorded[version]["server/discover"]["supportedVersions"]
 
 
-async def test_handshake_is_answered_while_the_server_says_nothing(tmp_path: Path) -> None:
-    """A server that reads its input and never answers: a real client still initializes and
-    lists ipybox's tools, and ends the session cleanly."""
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_opening_is_answered_while_the_server_says_nothing(tmp_path: Path, mode: str) -> None:
+    """A server that reads its input and never answers: the real client still opens its session
+    in either era (`server/discover` in 2026-07-28, `initialize` before) and lists ipybox's
+    tools, and ends the session cleanly."""
     silent = [sys.executable, "-c", "import sys; sys.stdin.read()"]
     params = StdioServerParameters(command=FRONT[0], args=[*FRONT[1:], *silent], cwd=str(tmp_path))
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
-            init = await session.initialize()
-            assert init.server_info.name == "ipybox"
-            assert {t.name for t in (await session.list_tools()).tools} == TOOLS
-            await session.send_ping()
+    async with Client(params, mode=mode) as client:  # type: ignore[arg-type]
+        assert client.server_info is not None and client.server_info.name == "ipybox"
+        assert client.protocol_version == (front.MODERN[-1] if mode == "auto" else LATEST)
+        assert {t.name for t in (await client.list_tools()).tools} == TOOLS
 
 
-async def test_a_session_through_the_front_reaches_the_kernel_and_asks_the_user(tmp_path: Path) -> None:
-    """Everything else passes through both ways: tool calls, and ipybox's approval questions
-    (elicitation requests from the server) with the user's answers."""
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_session_through_the_front_reaches_the_kernel_and_asks_the_user(
+    tmp_path: Path, mode: str
+) -> None:
+    """Everything else passes through both ways, in either era: tool calls, and ipybox's approval
+    questions (elicitations, or 2026-07-28's input-required rounds) with the user's answers."""
     notes, asked = tmp_path / "notes.txt", []
 
     async def user(context: Any, params: ElicitRequestParams) -> ElicitResult:
@@ -83,18 +92,14 @@ async def test_a_session_through_the_front_reaches_the_kernel_and_asks_the_user(
         command=FRONT[0], args=[*FRONT[1:], str(IPYBOX), "--workspace", str(workspace)], env=env
     )
     notes_server = {"command": sys.executable, "args": [str(NOTES_SERVER)], "env": {"NOTES_FILE": str(notes)}}
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write, elicitation_callback=user) as session:
-            await session.initialize()
-            arguments = {"server_name": "notes", "server_params": notes_server}
-            registered = await session.call_tool("register_mcp_server", arguments)
-            assert not registered.is_error, registered
-            code = (
-                "from mcptools.notes import add_note\nprint(add_note.run(add_note.Params(text='hi')).result)"
-            )
-            result = await session.call_tool("execute_ipython_cell", {"code": code})
-            assert not result.is_error and "added" in str(result.content), result
-            assert {t.name for t in (await session.list_tools()).tools} == TOOLS  # now the server's
+    async with Client(params, mode=mode, elicitation_callback=user) as client:  # type: ignore[arg-type]
+        arguments = {"server_name": "notes", "server_params": notes_server}
+        registered = await client.call_tool("register_mcp_server", arguments)
+        assert not registered.is_error, registered
+        code = "from mcptools.notes import add_note\nprint(add_note.run(add_note.Params(text='hi')).result)"
+        result = await client.call_tool("execute_ipython_cell", {"code": code})
+        assert not result.is_error and "added" in str(result.content), result
+        assert {t.name for t in (await client.list_tools()).tools} == TOOLS  # now the server's
     assert len(asked) == 1 and "add_note" in asked[0]
     assert notes.read_text() == "hi\n"
 
