@@ -178,9 +178,9 @@ class CellRecord:
         encoded `result` (what the kernel got, kept for a resume). Values of `secrets` are
         replaced by `***` as in the audit log."""
         secrets = tuple(secrets)
-        kept = redact_value(result, secrets, None) if result is not None else None
-        if kept is not None and len(repr(kept)) > RESULT_LIMIT:
-            kept = None
+        kept = None
+        if result is not None and len(repr(result)) <= RESULT_LIMIT:  # measured before it is walked
+            kept = redact_value(result, secrets, None, items=RESULT_LIMIT)  # kept whole, for a resume
         text = result_text if result_text is not None else (kept or {}).get("text")
         call = ToolCallRecord(
             server,

@@ -23,7 +23,7 @@ from ipybox.errors import IpyboxError
 from ipybox.kernel_mgr.cell import CodeExecutionError
 from ipybox.notebook.record import CellRecord, SessionMark, SessionRecord, ToolCallRecord, code_digest
 from ipybox.tool_exec.approval.server import Decision
-from ipybox.tool_exec.audit import redact_value
+from ipybox.tool_exec.audit import MORE, left_out, redact_value
 from ipybox.tool_exec.connections import ToolCallError
 
 if TYPE_CHECKING:
@@ -204,8 +204,13 @@ def _lost_state(entry: CellRecord | SessionMark) -> bool:
 def _matches(recorded: Any, live: Any) -> bool:
     """Whether `live` (raw arguments) is what the record kept as `recorded` (redacted, cut)."""
     if isinstance(recorded, dict) and isinstance(live, dict):
+        if MORE in recorded and _cut_short(recorded[MORE], len(recorded) - 1, live):  # the first ones
+            keys = [k for k in recorded if k != MORE]
+            return keys == list(live)[: len(keys)] and all(_matches(recorded[k], live[k]) for k in keys)
         return recorded.keys() == live.keys() and all(_matches(recorded[k], live[k]) for k in recorded)
     if isinstance(recorded, list) and isinstance(live, list | tuple):
+        if recorded and _cut_short(recorded[-1], len(recorded) - 1, live):
+            recorded, live = recorded[:-1], live[: len(recorded) - 1]
         return len(recorded) == len(live) and all(map(_matches, recorded, live))
     if isinstance(recorded, str) and isinstance(live, str):
         cut = redact_value(live, ())
@@ -214,6 +219,12 @@ def _matches(recorded: Any, live: Any) -> bool:
         parts = recorded.split(_SECRET)  # each secret's value stands for one `***`
         return cut.startswith(parts[0]) and cut.endswith(parts[-1]) and len(cut) >= sum(map(len, parts))
     return bool(recorded == live) and type(recorded) is type(live)
+
+
+def _cut_short(marker: Any, kept: int, live: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
+    """Whether `marker` is what a record that kept `kept` items of `live` put after them."""
+    left = len(live) - kept
+    return left > 0 and marker == left_out(left, of_list=not isinstance(live, dict))
 
 
 def _reason(error: str | None, kind: str, server: str, tool: str, args: dict[str, Any]) -> str | None:

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -17,22 +18,56 @@ from ipybox.mcp_client.placeholders import redact
 logger = logging.getLogger(__name__)
 
 _MAX_FIELD = 2000
+#: Items (list elements and dict entries, at any depth) a record keeps of one value: what a kernel
+#: sends is walked in Python here, on the host's event loop, and written to disk, so both stay
+#: bounded whatever its size. The rest is counted, not walked.
+MAX_ITEMS = 10_000
+#: Ends a list cut to `MAX_ITEMS` (with the count of the items left out), or is the key of the
+#: entry that ends a dict cut so.
+MORE = "…"
 
 
-def redact_value(value: Any, secrets: Iterable[str], limit: int | None = _MAX_FIELD) -> Any:
-    """`value` (JSON-like) as a record keeps it: each secret in its strings replaced by `***`, and
-    each string cut to `limit` characters (None: not cut) with `…` marking the cut.
+def left_out(count: int, of_list: bool) -> str:
+    """What ends a list (`of_list`) or dict a record cut short, leaving out `count` items."""
+    return f"{MORE} {count} more items not kept" if of_list else f"{count} more entries not kept"
+
+
+def redact_value(
+    value: Any, secrets: Iterable[str], limit: int | None = _MAX_FIELD, items: int = MAX_ITEMS
+) -> Any:
+    """`value` (JSON-like) as a record keeps it: each secret in its strings (keys too) replaced by
+    `***`, each string cut to `limit` characters (None: not cut) with `…` marking the cut, and at
+    most `items` list elements and dict entries in all, each list or dict cut short ending with
+    `MORE` and how many it left out.
 
     The audit log and the session notebooks (`ipybox.notebook`) keep tool calls by these rules.
     """
-    if isinstance(value, str):
-        value = redact(value, secrets)
-        return value if limit is None or len(value) <= limit else value[:limit] + "…"
-    if isinstance(value, dict):
-        return {k: redact_value(v, secrets, limit) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_value(v, secrets, limit) for v in value]
-    return value
+    return _Redaction(tuple(secrets), limit, items).walk(value)
+
+
+class _Redaction:
+    def __init__(self, secrets: tuple[str, ...], limit: int | None, items: int) -> None:
+        self.secrets, self.limit, self.left = secrets, limit, items
+
+    def walk(self, value: Any) -> Any:
+        if isinstance(value, str):
+            value = redact(value, self.secrets)
+            return value if self.limit is None or len(value) <= self.limit else value[: self.limit] + "…"
+        if isinstance(value, dict):  # its keys are taken before any value is walked, as a list's items
+            keys = list(islice(value, max(self.left, 0)))
+            self.left -= len(keys)
+            kept = {redact(k, self.secrets) if isinstance(k, str) else k: self.walk(value[k]) for k in keys}
+            if len(keys) < len(value):
+                kept[MORE] = left_out(len(value) - len(keys), of_list=False)
+            return kept
+        if isinstance(value, list | tuple):
+            cut = value[: max(self.left, 0)]
+            self.left -= len(cut)
+            walked = [self.walk(item) for item in cut]
+            if len(cut) < len(value):
+                walked.append(left_out(len(value) - len(cut), of_list=True))
+            return walked
+        return value
 
 
 class AuditLog:

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from ipybox._nesting import MAX_NESTING, deeper_than
+from ipybox._nesting import MAX_NESTING, text_deeper_than
 from ipybox.kernel_mgr.limits import format_size
 from ipybox.tool_exec.connections import ToolCallError
 
@@ -239,7 +239,9 @@ class Listener:
         try:
             request = json.loads(line)
             op = request.get("op")
-            too_deep = _nests_deeper(line, request)
+            if len(line) > _READ_LIMIT:
+                await asyncio.sleep(0)  # a large one: let other kernels' work in between
+            too_deep = text_deeper_than(line)
         except RecursionError:  # json.loads gives up on it, deeper still
             too_deep = True
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
@@ -358,12 +360,6 @@ async def _call_and_reply(call: Coroutine[Any, Any, Any], writer: asyncio.Stream
         message = {"ok": False, "error": f"tool server error: {type(error).__name__}: {error}"}
     if not writer.is_closing():
         writer.write(json.dumps(message).encode() + b"\n")
-
-
-def _nests_deeper(line: bytes | bytearray, request: Any) -> bool:
-    """Whether `request` (parsed from `line`) nests over `MAX_NESTING` deep; walked only when the
-    line holds that many brackets, as requests seldom do."""
-    return line.count(b"[") + line.count(b"{") > MAX_NESTING and deeper_than(request)
 
 
 def _allocated(size: int) -> int:

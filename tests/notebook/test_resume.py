@@ -115,3 +115,26 @@ async def test_a_resumed_shell_command_runs_only_as_recorded_in_full(tmp_path: P
                 await executor.resume(tmp_path / "session.ipynb")
             assert stopped.value.cell == cell
     assert not list(tmp_path.glob("ran-*"))
+
+
+def test_arguments_cut_short_in_the_record_match_only_what_it_kept() -> None:
+    """A wide call's record keeps about `MAX_ITEMS` of its items and counts the rest: a resume takes
+    a live call for it only if the kept items and the counts are the same (a changed item among
+    the kept, or one item more or less, is another call; what the record left out it cannot
+    compare, as with the end of a long string)."""
+    from ipybox.notebook.replay import _matches
+    from ipybox.tool_exec.audit import MAX_ITEMS, redact_value
+
+    live = {"items": list(range(3 * MAX_ITEMS)), "table": {f"k{i}": i for i in range(50)}, "n": 1}
+    kept = json.loads(json.dumps(redact_value(live, ())))  # as the notebook holds it
+    assert len(kept["items"]) < len(live["items"]) and kept["table"] == {"…": "50 more entries not kept"}
+    assert _matches(kept, live)
+    others = [
+        {**live, "items": [-1, *live["items"][1:]]},
+        {**live, "items": [*live["items"], 0]},
+        {**live, "items": live["items"][:-1]},
+        {**live, "table": {**live["table"], "k50": 50}},
+        {**live, "n": 2},
+    ]
+    for other in others:
+        assert not _matches(kept, other)

@@ -18,6 +18,7 @@ import pytest
 from internals import tool_server_buffered
 
 from ipybox import ApprovalRequest, CodeExecutor, ResourceLimits
+from ipybox.tool_exec.audit import MAX_ITEMS
 
 from .conftest import Workspace
 
@@ -129,6 +130,19 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
         within = await run(executor, "exchange(request('echo', message=deep(97)))")
         assert within[0]["ok"] is True, within
         assert [(e["tool"], e["outcome"]) for e in audit(log)] == [("echo", "ok")]  # the refused: no call
+
+        # wide: 1 MiB of small items, as a list and as a dict (its keys carry a bracket and a
+        # quote, which do not nest). The call runs with all of them; its audit record and notebook
+        # entry keep about MAX_ITEMS, then say how many they left out (a record stays bounded, and
+        # so does the host's walk of it)
+        wide = "request('class', items=[1] * 200_000, table={f'[\"{i}': i for i in range(20_000)})"
+        answer = await run(executor, f"exchange({wide})")
+        assert answer[0]["ok"] is True and len(answer[0]["result"]["text"]) > 900_000, str(answer)[:300]
+        [noted] = executor.notebook().cells[-1].metadata["ipybox"]["tool_calls"]
+        for kept in (audit(log)[-1]["args"], noted["arguments"]):
+            assert MAX_ITEMS - 20 < len(kept["items"]) <= MAX_ITEMS + 1
+            assert kept["items"][-1] == f"… {200_001 - len(kept['items'])} more items not kept"
+            assert kept["table"] == {"…": "20000 more entries not kept"}  # the list took the budget
 
         # pipelined: two requests in one send, answered in order
         both = await run(executor, "exchange(request('echo', message='a') + request('echo', message='b'), 2)")
