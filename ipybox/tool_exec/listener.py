@@ -32,8 +32,10 @@ logger = logging.getLogger(__name__)
 #: Bytes a connection's reader buffers before a request line is taken from it in pieces.
 _READ_LIMIT = 64 * 1024
 #: What an open connection holds at most besides its request: asyncio's reader buffers up to twice
-#: its limit before it stops reading, plus one read from the socket (256 KiB).
-_CONNECTION_BYTES = 2 * _READ_LIMIT + 256 * 1024
+#: its limit before it stops reading, plus one read from the socket (256 KiB); and a piece as large
+#: taken from that buffer while it is added to the request (bench_floods' `sockets` flood went 3 MiB
+#: over `tool_buffer` with 24 connections while the pieces were not counted).
+_CONNECTION_BYTES = 2 * (2 * _READ_LIMIT + 256 * 1024)
 
 #: A request's call to run (its result is the reply), or the reply that refuses it.
 Dispatch = Callable[[dict[str, Any]], "Coroutine[Any, Any, Any] | dict[str, Any]"]
