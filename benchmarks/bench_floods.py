@@ -10,7 +10,9 @@ in issue #27), which reports its RSS after one ordinary cell (the baseline) and 
 - parts: one message of 250 parts of 1 MiB written to the kernel's ZMQ socket itself (sandboxed);
 - images-kept: a 6 MiB PNG 40 times, so the result keeps images up to `image_bytes`;
 - sockets: 24 connections to the kernel's tool server, each sending 60 MiB without a newline
-  (256 MiB kernel memory limit).
+  (256 MiB kernel memory limit);
+- wide: one tool request of 18 MiB of empty objects (`{},` 6 Mi times), within `tool_buffer` as
+  text, 60-odd bytes a value once parsed.
 
 The bound is what the limits let the host hold for the kernel: `image_bytes` of images kept
 (and again, as base64, in the session's notebook record), plus up to five times `message_bytes`
@@ -83,6 +85,15 @@ for t in threads: t.start()
 for t in threads: t.join()
 print("sent")
 """
+_WIDE = """
+import os, socket
+line = (b'{"op": "run", "server_name": "x", "server_params": {}, "tool_name": "t", "tool_args": '
+        b'{"items": [' + b'{},' * (6 << 20) + b'{}]}}\\n')
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect(os.environ["IPYBOX_TOOL_SERVER"])
+sock.sendall(line)
+print(sock.recv(120))
+"""
 #: Floods past ipybox's code in the kernel: what a sandboxed (possibly hostile) kernel can do.
 SANDBOXED = {"images-raw", "parts"}
 FLOODS = {
@@ -91,6 +102,7 @@ FLOODS = {
     "images-kept": (_DISPLAY.format(size=6 * MIB), 384 * MIB),
     "parts": (_PARTS, 384 * MIB),
     "sockets": (_SOCKETS, 256 * MIB),
+    "wide": (_WIDE, 256 * MIB),
 }
 
 
@@ -103,7 +115,7 @@ def _status(key: str) -> int:
 
 def bound(limits: ResourceLimits, flood: str) -> int:
     """Bytes the limits let the host hold for the kernel in this flood."""
-    if flood == "sockets":
+    if flood in ("sockets", "wide"):
         return limits.tool_buffer or 0
     images = limits.image_bytes or 0
     return images + images * 4 // 3 + 5 * (getattr(limits, "message_bytes", 0) or 0)  # result, record

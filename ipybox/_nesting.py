@@ -3,8 +3,6 @@ audit record, the session notebook, its validation and load), which must not fai
 
 from __future__ import annotations
 
-from itertools import accumulate, repeat
-from operator import sub
 from typing import Any
 
 #: How deep the lists and dicts of kernel-supplied data may nest; no tool argument or output needs
@@ -27,17 +25,4 @@ def deeper_than(value: Any, limit: int = MAX_NESTING) -> bool:
     return bool(level)
 
 
-def text_deeper_than(text: bytes | bytearray, limit: int = MAX_NESTING) -> bool:
-    """Whether valid JSON `text` nests more than `limit` levels deep, read off its brackets outside
-    strings at C speed (a kernel's request is checked so before anything walks what it parses to)."""
-    if text.count(b"[") + text.count(b"{") <= limit:
-        return False
-    unescaped = bytes(text).replace(b"\\\\", b"").replace(b'\\"', b"")  # no quote left inside a string
-    brackets = b"".join(unescaped.split(b'"')[::2]).translate(_DEPTH, _NOT_BRACKETS)
-    return max(accumulate(map(sub, brackets, repeat(1))), default=0) > limit
-
-
 _SCALARS = frozenset((str, int, float, bool, type(None)))
-#: Brackets as the change in depth they make, plus one (bytes are unsigned); all else dropped.
-_DEPTH = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
-_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))

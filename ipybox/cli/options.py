@@ -204,11 +204,12 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
             },
             "--max-tool-buffer": {
                 "type": _size,
-                "default": 64 << 20,
+                "default": 128 << 20,
                 "metavar": "SIZE",
                 "help": (
                     "bytes of tool-call requests the tool server holds for a kernel at once, or 'none' "
-                    "(default: 64M); a request past it is refused with an error"
+                    "(default: 128M; a request counts as it parses, about 40 bytes per number); a "
+                    "request past it is refused with an error"
                 ),
             },
             "--max-spilled-outputs": {

@@ -33,8 +33,9 @@ class ResourceLimits:
       thread that calls tools keeps one); more are refused with an error the calling code
       raises. Default 64.
     - `tool_buffer`: bytes of tool-call requests the tool server holds for the kernel at once,
-      while reading them and while their calls run; a request that does not fit is answered with
-      an error naming this limit. Default 64 MiB.
+      while reading them and while their calls run, each as memory holds it (parsed, a value
+      takes tens of bytes: a list of a million numbers about 40 MiB); a request that does not fit
+      is answered with an error naming this limit. Default 128 MiB.
 
     The host-side limits (output, images, tool server) hold on every platform and backend; a
     kernel that reaches one is told so, other kernels are unaffected. `None` switches a limit
@@ -50,7 +51,7 @@ class ResourceLimits:
     image_bytes: int | None = 128 << 20
     message_bytes: int | None = 32 << 20
     tool_connections: int | None = 64
-    tool_buffer: int | None = 64 << 20
+    tool_buffer: int | None = 128 << 20
 
 
 def format_size(size: int) -> str:

@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from ipybox._nesting import MAX_NESTING, text_deeper_than
+from ipybox import _json_text
+from ipybox._nesting import MAX_NESTING
 from ipybox.kernel_mgr.limits import format_size
 from ipybox.tool_exec.connections import ToolCallError
 
@@ -142,8 +143,10 @@ class Listener:
                     self._release(held)
                     break
                 try:  # whatever ends the request (a bug or a cancel too) gives back what it held
-                    started = await self._handle(line, reader, writer, check_token, uncharge)
-                    line = bytearray()  # a call holds what its request parsed to, counted as `held`
+                    started, kept = await self._handle(line, reader, writer, check_token, uncharge)
+                    line = bytearray()  # gone: from here its call holds what it parsed to
+                    self._release(held)
+                    held = kept
                     if isinstance(started, Coroutine):
                         ahead = await self._call(started, reader, writer, task)
                 finally:
@@ -231,29 +234,49 @@ class Listener:
         writer: asyncio.StreamWriter,
         check_token: bool,
         uncharge: Callable[[], None],
-    ) -> Coroutine[Any, Any, Any] | bool | None:
+    ) -> tuple[Coroutine[Any, Any, Any] | bool | None, int]:
         """Act on one request: the call it asks for (to run), None when answered at once, or False
-        when the connection is done (handed over to an approval client, or refused)."""
-        parsing = 2 * len(line)  # json.loads decodes the line to a str, then parses that
-        if not self._reserve(parsing):
+        when the connection is done (handed over to an approval client, or refused); and the bytes
+        of the budget its call holds from here (what the request parsed to) until it ends."""
+        reading = 2 * len(line)  # the copies `measure` makes, then json.loads' of the text
+        if not self._reserve(reading):
             await send(writer, {"ok": False, "error": self._too_large(len(line))})
-            return None
+            return None, 0
         try:
-            request = json.loads(line)
-            op = request.get("op")
-            if len(line) > _READ_LIMIT:
-                await asyncio.sleep(0)  # a large one: let other kernels' work in between
-            too_deep = text_deeper_than(line)
-        except RecursionError:  # json.loads gives up on it, deeper still
-            too_deep = True
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            await send(writer, {"ok": False, "error": "malformed request"})
-            return None
+            text = _json_text.measure(line)
+            if text.too_deep:  # refused before it is parsed: nothing walks it
+                await send(writer, {"ok": False, "error": _TOO_DEEP})
+                return None, 0
+            if not self._reserve(text.parse_bytes - reading):
+                error = self._too_large(len(line), parsed=text.parsed_bytes)
+                await send(writer, {"ok": False, "error": error})
+                return None, 0
+            reading = text.parse_bytes
+            try:
+                request = json.loads(line.decode())  # UTF-8 only, as `measure` reads it
+                op = request.get("op")
+            except (RecursionError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                await send(writer, {"ok": False, "error": "malformed request"})
+                return None, 0
+            self._release(text.parse_bytes - text.parsed_bytes)  # the decoded text is gone
+            reading = text.parsed_bytes
+            started = await self._act(request, op, reader, writer, check_token, uncharge)
+            if not isinstance(started, Coroutine):
+                return started, 0
+            kept, reading = reading, 0
+            return started, kept
         finally:
-            self._release(parsing)
-        if too_deep:
-            await send(writer, {"ok": False, "error": _TOO_DEEP})
-            return None
+            self._release(reading)
+
+    async def _act(
+        self,
+        request: dict[str, Any],
+        op: Any,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        check_token: bool,
+        uncharge: Callable[[], None],
+    ) -> Coroutine[Any, Any, Any] | bool | None:
         if op == "approve":
             uncharge()
             await self._approvals(request, reader, writer)
@@ -327,16 +350,22 @@ class Listener:
             "to the tool server you opened yourself, or raise the limit."
         )
 
-    def _too_large(self, size: int, what: str = "request") -> str:
+    def _too_large(self, size: int, what: str = "request", parsed: int | None = None) -> str:
         assert self._max_buffered is not None
         self._warn("buffer", "refused a tool server %s of %d bytes (max_buffered)", what, size)
+        many = (
+            f" (parsed, its {size} bytes would take about {format_size(parsed)}: a value for each "
+            "of its many small items)"
+            if parsed is not None
+            else ""
+        )
         return (
-            f"The ipybox tool server refused this {what} of {size} bytes: what it holds for this "
-            f"kernel at once (connections and requests, a request counted about three times while "
-            f"it is parsed) may take {format_size(self._max_buffered)} (ResourceLimits.tool_buffer; "
-            f"ipybox --max-tool-buffer), {format_size(self.buffered)} of which is held now. Pass "
-            "large data to tools as files in the workspace rather than as arguments, make fewer "
-            "calls at once, or raise the limit."
+            f"The ipybox tool server refused this {what} of {size} bytes{many}: what it holds for "
+            f"this kernel at once (connections, and requests as read and as parsed) may take "
+            f"{format_size(self._max_buffered)} (ResourceLimits.tool_buffer; ipybox "
+            f"--max-tool-buffer), {format_size(self.buffered)} of which is held now. Pass large "
+            "data to tools as files in the workspace rather than as arguments, make fewer calls "
+            "at once, or raise the limit."
         )
 
     def _warn(self, kind: str, message: str, *args: Any) -> None:

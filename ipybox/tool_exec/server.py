@@ -78,7 +78,7 @@ class ToolServer(Service):
         placeholder_env: Mapping[str, str] | None = None,
         token: str | None = None,
         max_connections: int | None = 64,
-        max_buffered: int | None = 64 << 20,
+        max_buffered: int | None = 128 << 20,
     ) -> None:
         self.host, self.port = host, port
         self.token = token or secrets.token_urlsafe(32)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -131,18 +132,23 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
         assert within[0]["ok"] is True, within
         assert [(e["tool"], e["outcome"]) for e in audit(log)] == [("echo", "ok")]  # the refused: no call
 
-        # wide: 1 MiB of small items, as a list and as a dict (its keys carry a bracket and a
-        # quote, which do not nest). The call runs with all of them; its audit record and notebook
-        # entry keep about MAX_ITEMS, then say how many they left out (a record stays bounded, and
-        # so does the host's walk of it)
-        wide = "request('class', items=[1] * 200_000, table={f'[\"{i}': i for i in range(20_000)})"
+        # wide: many small items, as a list and as a dict (its keys carry a bracket and a quote,
+        # which do not nest). The call runs with all of them; its audit record and notebook entry
+        # keep about MAX_ITEMS, then say how many they left out (a record stays bounded, and so
+        # does the host's walk of it)
+        wide = "request('class', items=[1] * 30_000, table={f'[\"{i}': i for i in range(5_000)})"
         answer = await run(executor, f"exchange({wide})")
-        assert answer[0]["ok"] is True and len(answer[0]["result"]["text"]) > 900_000, str(answer)[:300]
+        assert answer[0]["ok"] is True and len(answer[0]["result"]["text"]) > 150_000, str(answer)[:300]
         [noted] = executor.notebook().cells[-1].metadata["ipybox"]["tool_calls"]
         for kept in (audit(log)[-1]["args"], noted["arguments"]):
             assert MAX_ITEMS - 20 < len(kept["items"]) <= MAX_ITEMS + 1
-            assert kept["items"][-1] == f"… {200_001 - len(kept['items'])} more items not kept"
-            assert kept["table"] == {"…": "20000 more entries not kept"}  # the list took the budget
+            assert kept["items"][-1] == f"… {30_001 - len(kept['items'])} more items not kept"
+            assert kept["table"] == {"…": "5000 more entries not kept"}  # the list took the budget
+        # small items cost the host far more parsed than as text: counted so before they are parsed
+        # (800 KB of `{}, ` would take 14 MiB; counted 54), and refused with what they would take
+        answer = await run(executor, "exchange(request('class', items=[{}] * 200_000))")
+        assert re.search(r"\(parsed, its \d+ bytes would take about 54.2 MiB", answer[0]["error"]), answer
+        assert tool_server_buffered(executor) == 0
 
         # pipelined: two requests in one send, answered in order
         both = await run(executor, "exchange(request('echo', message='a') + request('echo', message='b'), 2)")

@@ -1,0 +1,104 @@
+"""A kernel's JSON text read before it is parsed (ipybox/_json_text.py): how deep it nests must
+agree with the parsed value's depth, strings and escapes included, and what it says parsing takes
+must bound what the real parser takes, for the costliest shapes of value."""
+
+from __future__ import annotations
+
+import json
+import random
+import tracemalloc
+from typing import Any
+
+import pytest
+
+from ipybox import ResourceLimits
+from ipybox._json_text import measure
+from ipybox._nesting import MAX_NESTING, deeper_than
+
+#: Strings that look like structure, or hide the end of a string: none of them nests.
+TRICKY = ["[", "{[", "]}", '"', '\\"[', "\\", "\\\\", '\\\\"{', "x\\u005b", "[[[[" * 30, ",:,:"]
+
+
+def nested(depth: int, rng: random.Random) -> Any:
+    """A value exactly `depth` levels deep, with tricky strings as keys, items and padding."""
+    value: Any = rng.choice(TRICKY)
+    for level in range(depth):  # a dict among the filler: as deep as `value` from the second on
+        inner = {"k": rng.choice(TRICKY)} if level and rng.random() < 0.3 else 2.5
+        filler = [rng.choice(TRICKY), 1, None, inner]
+        if rng.random() < 0.5:
+            value = [*filler[: rng.randint(0, 3)], value]
+        else:
+            padding = {f"{rng.choice(TRICKY)}{i}": v for i, v in enumerate(filler)}
+            value = {rng.choice(TRICKY): value, **padding}
+    return value
+
+
+@pytest.mark.parametrize("depth", [0, 1, 50, MAX_NESTING - 1, MAX_NESTING, MAX_NESTING + 1, 150])
+def test_text_and_values_agree_on_depth(depth: int) -> None:
+    rng = random.Random(depth)
+    for _ in range(20):
+        value = nested(depth, rng)
+        deep = deeper_than(value)
+        assert deep == (depth > MAX_NESTING)
+        for text in (json.dumps(value), json.dumps(value, ensure_ascii=False), json.dumps(value, indent=1)):
+            assert measure(text.encode(), limit=MAX_NESTING).too_deep == deep, text[:200]
+            assert measure(text.encode(), limit=0).too_deep == (depth > 0)  # read closely, always
+
+
+def test_wide_values_are_not_deep() -> None:
+    wide = [{"[": [1, "]"]}] * 5000 + [[["x"]]] * 5000
+    assert not deeper_than(wide)
+    assert not measure(json.dumps(wide).encode()).too_deep
+    assert measure(json.dumps([wide, nested(MAX_NESTING + 1, random.Random(0))]).encode()).too_deep
+
+
+def _items(item: str, count: int = 100_000) -> str:
+    return "[" + ",".join([item] * count) + "]"
+
+
+#: The costliest values per byte of text we know of, and some ordinary ones.
+SHAPES = {
+    "empty dicts": _items("{}"),
+    "empty lists": _items("[]"),
+    "one-entry dicts": _items('{"a":1}'),
+    "six-entry dicts": _items('{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6}', 20_000),
+    "lists in lists": _items("[[1]]"),
+    "dicts in lists": _items('[{"a":[]}]'),
+    "distinct keys": "{" + ",".join(f'"{i}":0' for i in range(100_000)) + "}",
+    "distinct strings": _items('"ab"'),
+    "floats": _items("1.5"),
+    "large ints": _items("123456789012345"),
+    "huge int": str(10**4000),
+    "escaped backslashes": json.dumps("\\" * 500_000),
+    "escaped strings": _items('"\\u00e9\\n"'),
+    "one long string": json.dumps("x" * 1_000_000),
+    "one long string of non-ASCII": json.dumps("é" * 500_000, ensure_ascii=False),
+    "commas in strings": json.dumps({"csv": "a,b:c\n" * 200_000}),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_what_parsing_takes_is_never_more_than_measured(shape: str) -> None:
+    line = SHAPES[shape].encode()
+    counted = measure(line)
+    tracemalloc.start()
+    try:
+        value = json.loads(line.decode())
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert value is not None
+    assert peak <= counted.parse_bytes, (peak, counted)
+    assert kept <= counted.parsed_bytes, (kept, counted)
+    if shape in ("one long string", "commas in strings"):  # no guess from commas in strings
+        assert counted.parse_bytes < 3 * len(line), counted
+
+
+def test_ordinary_data_is_counted_close_to_what_it_takes() -> None:
+    """A million floats (a column of data sent to a tool) is counted at about 40 bytes a number
+    (their objects take 32): with the line itself and its connection, it fits the default
+    `tool_buffer`."""
+    line = json.dumps({"values": [i + 0.5 for i in range(1_000_000)]}).encode()
+    held = measure(line).parse_bytes + len(line) * 9 // 8 + (1 << 20)
+    budget = ResourceLimits().tool_buffer
+    assert budget is not None and held < budget
