@@ -48,16 +48,22 @@ class JsonText:
         return self.size + self.parsed_bytes + _PARSER
 
 
-def measure(text: bytes | bytearray, limit: int = MAX_NESTING) -> JsonText:
-    """The counts of `text` (UTF-8, which keeps every byte of a multi-byte character out of ASCII).
+def measure(
+    text: bytes | bytearray, limit: int = MAX_NESTING, start: int = 0, end: int | None = None
+) -> JsonText:
+    """The counts of `text[start:end]` (UTF-8, which keeps every byte of a multi-byte character out
+    of ASCII); read in place, copied only to be read closely.
 
     Exact for valid JSON. Invalid text may be counted wrong only from a string that never ends,
     and `json.loads` stops there.
     """
-    guess = _parsed_bytes(len(text), text.count(b'"') // 2, text)  # strings' bytes counted too: too many
-    if text.count(b"[") + text.count(b"{") <= limit and guess <= _CLOSE_READ:  # the usual request
-        return JsonText(len(text), guess, too_deep=False)
-    return _read_closely(text, limit)
+    end = len(text) if end is None else end
+    size = end - start
+    counts = {c: text.count(c, start, end) for c in (b",", b":", b"[", b"{", b'"')}
+    guess = size + _objects(counts[b'"'] // 2, counts)  # strings' bytes counted too: too many
+    if counts[b"["] + counts[b"{"] <= limit and guess <= _CLOSE_READ:  # the usual request
+        return JsonText(size, guess, too_deep=False)
+    return _read_closely(text[start:end] if (start, end) != (0, len(text)) else text, limit)
 
 
 def _read_closely(text: bytes | bytearray, limit: int) -> JsonText:
@@ -69,17 +75,16 @@ def _read_closely(text: bytes | bytearray, limit: int) -> JsonText:
     strings = text.count(b'"') // 2
     outside = _STRING.sub(b"", text) if strings else text
     del text
-    parsed = _parsed_bytes(size, strings, outside)
+    parsed = size + _objects(strings, {c: outside.count(c) for c in (b",", b":", b"[", b"{")})
     brackets = outside.translate(_DEPTH, _NOT_BRACKETS)
     del outside
     too_deep = len(brackets) > limit and max(accumulate(map(sub, brackets, repeat(1))), default=0) > limit
     return JsonText(size, parsed, too_deep)
 
 
-def _parsed_bytes(size: int, strings: int, outside: bytes | bytearray) -> int:
-    """At most what the value parsed from `size` bytes of text holds (its strings' text no more
-    than that), from how many `strings` it has and the brackets, colons and commas `outside` them."""
-    lists, dicts, entries = outside.count(b"["), outside.count(b"{"), outside.count(b":")
-    values = outside.count(b",") + lists + dicts + 1
-    objects = _LIST * lists + _DICT * dicts + _ENTRY * entries + _STRING_OBJECT * strings + _VALUE * values
-    return size + objects
+def _objects(strings: int, outside: dict[bytes, int]) -> int:
+    """At most what the objects of a parsed value take (its strings' text aside), from how many
+    `strings` it has and the brackets, colons and commas `outside` them."""
+    lists, dicts, entries = outside[b"["], outside[b"{"], outside[b":"]
+    values = outside[b","] + lists + dicts + 1
+    return _LIST * lists + _DICT * dicts + _ENTRY * entries + _STRING_OBJECT * strings + _VALUE * values

@@ -24,12 +24,14 @@ import struct
 import tempfile
 from collections.abc import Callable, Iterable
 
+from ipybox import _json_text
 from ipybox.errors import IpyboxError
 
 logger = logging.getLogger(__name__)
 
 _GREETING = 64  # ZMTP 3: signature (10), version (2), mechanism (20), as-server (1), filler (31)
 _MORE, _LONG, _COMMAND = 0x01, 0x02, 0x04
+_DELIMITER = b"<IDS|MSG>"  # between a Jupyter message's routing identities and its signed parts
 #: How often the relay tries a kernel socket that does not accept yet (the kernel still starting,
 #: or gone): at first, then at most.
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.002, 0.02
@@ -93,6 +95,9 @@ class Frames:
     def _frame_ended(self, out: bytearray) -> None:
         if self._more:
             return
+        if not self._skipping and self._limit is not None and _parsed_bytes(self._message) > self._limit:
+            self._skipping = True  # small as text, but not once parsed
+            self.drops += 1
         if not self._skipping:
             out += self._message
         self._message.clear()
@@ -120,6 +125,23 @@ class Frames:
             raise ProtocolViolation(f"ZMTP version {greeting[10]}, not 3")
         if len(greeting) >= 32 and greeting[12:32].rstrip(b"\0") != b"NULL":
             raise ProtocolViolation("a security mechanism other than NULL")
+
+
+def _parsed_bytes(message: bytearray) -> int:
+    """At most what the host holds of a Jupyter message (ZMTP frames, headers included) once
+    parsed: its JSON parts (header, parent header, metadata, content) counted from their text
+    (a `{}` of three bytes parses to a 64-byte dict), its other frames as they are."""
+    spans, pos = [], 0
+    with memoryview(message) as view:
+        while pos < len(view):
+            _, size, length = Frames._header(view, pos) or (0, len(view) - pos - 1, 1)
+            spans.append((pos + length, pos + length + size))
+            pos += length + size
+    is_delimiter = (b - a == len(_DELIMITER) and message[a:b] == _DELIMITER for a, b in spans)
+    delimiter = next((i for i, found in enumerate(is_delimiter) if found), len(spans))
+    json_parts = spans[delimiter + 2 : delimiter + 6]
+    others = len(message) - sum(b - a for a, b in json_parts)
+    return others + sum(_json_text.measure(message, start=a, end=b).parsed_bytes for a, b in json_parts)
 
 
 class _End(asyncio.Protocol):

@@ -94,6 +94,17 @@ async def test_a_message_over_the_limit_is_dropped_and_the_connection_kept(tmp_p
         within = [b"w" * 1000] * 60  # 60 KB in 60 parts: passes whole
         await kernel.send_multipart(within)
         assert await asyncio.wait_for(host.recv_multipart(), 5) == within
+        # a Jupyter message small as text whose content would parse to far more than the limit
+        # (a `{}` of 3 bytes is a 64-byte dict): dropped; the same size of text in a string passes
+        signed = [b"id", b"<IDS|MSG>", b"signature", b"{}", b"{}", b"{}"]
+        objects = [*signed, b"[" + b"{}," * 4000 + b"{}]"]
+        text = [*signed, b'"' + b"x" * 12_000 + b'"', b"a buffer: [{},{},{}" * 100]
+        for message in (objects, text):
+            assert sum(map(len, message)) < LIMIT
+            await kernel.send_multipart(message)
+            await kernel.send_multipart([b"after"])
+            assert await asyncio.wait_for(host.recv_multipart(), 5) in ([b"after"], text)
+        assert relay.drops == 4
     finally:
         await relay.close()
         kernel.close(0)
