@@ -8,6 +8,8 @@ in issue #27), which reports its RSS after one ordinary cell (the baseline) and 
 - images-raw: the same 40 messages written straight to the kernel's iopub socket, past anything
   ipybox sets up inside the kernel (what a hostile kernel can do; the kernel is sandboxed);
 - parts: one message of 250 parts of 1 MiB written to the kernel's ZMQ socket itself (sandboxed);
+- objects-raw: 4 messages of 28 MiB of empty objects (`{}`, 7 Mi of them: within `message_bytes`
+  as bytes, 60-odd bytes each once parsed) written to the kernel's iopub socket (sandboxed);
 - images-kept: a 6 MiB PNG 40 times, so the result keeps images up to `image_bytes`;
 - sockets: 24 connections to the kernel's tool server, each sending 60 MiB without a newline
   (256 MiB kernel memory limit);
@@ -58,6 +60,14 @@ for _ in range(40):
     pub.session.send(pub.pub_socket, msg, ident=pub.topic)
 print("sent")
 """
+_OBJECTS = """
+pub = get_ipython().display_pub
+for _ in range(4):
+    content = {"data": {"application/json": [{}] * (7 << 20)}, "metadata": {}}
+    msg = pub.session.msg("display_data", content, parent=pub.parent_header)
+    pub.session.send(pub.pub_socket, msg, ident=pub.topic)
+print("sent")
+"""
 _PARTS = """
 import threading
 io = get_ipython().display_pub.pub_socket.io_thread
@@ -95,12 +105,13 @@ sock.sendall(line)
 print(sock.recv(120))
 """
 #: Floods past ipybox's code in the kernel: what a sandboxed (possibly hostile) kernel can do.
-SANDBOXED = {"images-raw", "parts"}
+SANDBOXED = {"images-raw", "parts", "objects-raw"}
 FLOODS = {
     "images": (_DISPLAY.format(size=24 * MIB), 384 * MIB),
     "images-raw": (_RAW.format(size=24 * MIB), 384 * MIB),
     "images-kept": (_DISPLAY.format(size=6 * MIB), 384 * MIB),
     "parts": (_PARTS, 384 * MIB),
+    "objects-raw": (_OBJECTS, 384 * MIB),
     "sockets": (_SOCKETS, 256 * MIB),
     "wide": (_WIDE, 256 * MIB),
 }
