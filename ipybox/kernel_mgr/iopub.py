@@ -32,7 +32,8 @@ def dropped_note(message_bytes: int | None) -> str:
     size = format_size(message_bytes or 0)
     return (
         f"\n[ipybox] The kernel sent an output message larger than {size}, the most ipybox takes in "
-        "one message (ResourceLimits.message_bytes, ipybox --max-message-bytes): it was dropped (the "
+        "one message, as bytes or as it would parse (a JSON value of many small items takes tens of "
+        "bytes per item) (ResourceLimits.message_bytes, ipybox --max-message-bytes): it was dropped (the "
         "rest of the output is kept). Display or print less at once (save large outputs to files), "
         "or raise the limit.\n"
     )

@@ -92,7 +92,7 @@ def raw(kind, size, frames=0):
     msg = pub.session.msg(kind, content, parent=pub.parent_header)
     pub.session.send(pub.pub_socket, msg, ident=pub.topic, buffers=[b"b" * size] * frames)
 """
-DROPPED = "larger than 1.0 MiB, the most ipybox takes in one message (ResourceLimits.message_bytes"
+DROPPED = "larger than 1.0 MiB, the most ipybox takes in one message, as bytes or as it would parse"
 
 
 @pytest.mark.timeout(120)

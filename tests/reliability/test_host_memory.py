@@ -1,8 +1,9 @@
 """Floods from one kernel bound what the host process holds for it, and leave another kernel alone.
 
 One kernel (sandboxed, as a hostile one would be) displays 40 images of 4 MiB (160 MiB), writes
-10 messages of 12 MiB and one message of 100 parts of 1 MiB each straight to its iopub socket
-(past ipybox's code in the kernel, as a hostile kernel can), and opens 16
+10 messages of 12 MiB, one message of 100 parts of 1 MiB each, and 3 messages of 7 MiB of `{}`
+(within the limit as bytes, 16 times over it parsed) straight to its iopub socket (past
+ipybox's code in the kernel, as a hostile kernel can), and opens 16
 connections to its tool server, each sending 24 MiB without a newline, under small limits;
 another kernel of the same process runs cells and tool calls meanwhile. What the host kept is
 asserted (the images within `image_bytes`, the request bytes within `tool_buffer`), and so is its
@@ -64,6 +65,15 @@ def send():
     sent.set()
 io.schedule(send)
 sent.wait(60)
+print("sent")
+"""
+#: Messages within `message_bytes` as bytes whose content would parse to 16 times more.
+OBJECTS = """
+pub = get_ipython().display_pub
+for _ in range(3):
+    content = {"data": {"application/json": [{}] * (7 << 18)}, "metadata": {}}
+    msg = pub.session.msg("display_data", content, parent=pub.parent_header)
+    pub.session.send(pub.pub_socket, msg, ident=pub.topic)
 print("sent")
 """
 SOCKETS = """
@@ -147,7 +157,7 @@ async def test_floods_from_one_kernel_keep_host_memory_bounded(
         assert not measured or growth <= IMAGES_BOUND + MARGIN, values
         del result
 
-        for name, code in (("raw", RAW), ("parts", PARTS)):  # past the kernel's code: dropped, said
+        for name, code in (("raw", RAW), ("parts", PARTS), ("objects", OBJECTS)):  # past the kernel's code
             _reset_peak()
             base = _kib("VmRSS:")
             flood = asyncio.ensure_future(flooder.execute(code, timeout=240))
