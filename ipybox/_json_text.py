@@ -49,10 +49,15 @@ class JsonText:
 
 
 def measure(
-    text: bytes | bytearray, limit: int = MAX_NESTING, start: int = 0, end: int | None = None
+    text: bytes | bytearray,
+    limit: int = MAX_NESTING,
+    start: int = 0,
+    end: int | None = None,
+    enough: int = _CLOSE_READ,
 ) -> JsonText:
     """The counts of `text[start:end]` (UTF-8, which keeps every byte of a multi-byte character out
-    of ASCII); read in place, copied only to be read closely.
+    of ASCII); read in place, and copied to be read closely only where a guess from all its bytes
+    (strings too) comes to more than `enough` or might nest deeper than `limit`.
 
     Exact for valid JSON. Invalid text may be counted wrong only from a string that never ends,
     and `json.loads` stops there.
@@ -61,7 +66,7 @@ def measure(
     size = end - start
     counts = {c: text.count(c, start, end) for c in (b",", b":", b"[", b"{", b'"')}
     guess = size + _objects(counts[b'"'] // 2, counts)  # strings' bytes counted too: too many
-    if counts[b"["] + counts[b"{"] <= limit and guess <= _CLOSE_READ:  # the usual request
+    if counts[b"["] + counts[b"{"] <= limit and guess <= enough:  # the usual request
         return JsonText(size, guess, too_deep=False)
     return _read_closely(text[start:end] if (start, end) != (0, len(text)) else text, limit)
 

@@ -95,7 +95,11 @@ class Frames:
     def _frame_ended(self, out: bytearray) -> None:
         if self._more:
             return
-        if not self._skipping and self._limit is not None and _parsed_bytes(self._message) > self._limit:
+        if (
+            not self._skipping
+            and self._limit is not None
+            and _parsed_bytes(self._message, self._limit) > self._limit
+        ):
             self._skipping = True  # small as text, but not once parsed
             self.drops += 1
         if not self._skipping:
@@ -127,10 +131,11 @@ class Frames:
             raise ProtocolViolation("a security mechanism other than NULL")
 
 
-def _parsed_bytes(message: bytearray) -> int:
+def _parsed_bytes(message: bytearray, limit: int) -> int:
     """At most what the host holds of a Jupyter message (ZMTP frames, headers included) once
     parsed: its JSON parts (header, parent header, metadata, content) counted from their text
-    (a `{}` of three bytes parses to a 64-byte dict), its other frames as they are."""
+    (a `{}` of three bytes parses to a 64-byte dict), its other frames as they are; read closely
+    only where a guess passes `limit`."""
     spans, pos = [], 0
     with memoryview(message) as view:
         while pos < len(view):
@@ -141,7 +146,8 @@ def _parsed_bytes(message: bytearray) -> int:
     delimiter = next((i for i, found in enumerate(is_delimiter) if found), len(spans))
     json_parts = spans[delimiter + 2 : delimiter + 6]
     others = len(message) - sum(b - a for a, b in json_parts)
-    return others + sum(_json_text.measure(message, start=a, end=b).parsed_bytes for a, b in json_parts)
+    parts = (_json_text.measure(message, start=a, end=b, enough=limit) for a, b in json_parts)
+    return others + sum(part.parsed_bytes for part in parts)
 
 
 class _End(asyncio.Protocol):
