@@ -19,9 +19,9 @@ from ipybox._nesting import MAX_NESTING
 #: Bytes of memory `json.loads` takes at most per thing it makes, beyond the text it copies into
 #: strings (CPython 3.11, with room to spare; tests/test_json_text.py holds them to the real
 #: parser on the costliest shapes): per list (56 and room for 4 items, as append grows it),
-#: dict (one entry: 184), dict entry, string (49 and its text), and any value (a slot in its
-#: list, and the largest float or int whose text is shorter than the int).
-_LIST, _DICT, _ENTRY, _STRING_OBJECT, _VALUE = 96, 200, 48, 56, 40
+#: dict (one entry: 184), dict entry, string (49 to 76 and its characters), and any value (a
+#: slot in its list, and the largest float or int whose text is shorter than the int).
+_LIST, _DICT, _ENTRY, _STRING_OBJECT, _VALUE = 96, 200, 48, 80, 40
 #: What one parse takes besides (the scanner, its memo of keys, the interpreter's own).
 _PARSER = 64 << 10
 #: A guess from every byte of the text, strings too, of at most this much is good enough: what it
@@ -29,6 +29,10 @@ _PARSER = 64 << 10
 _CLOSE_READ = 1 << 20
 
 _STRING = re.compile(rb'"[^"]*"')
+#: UTF-8 bytes below the lead byte of a character past U+00FF (0xC4), and of one past U+FFFF.
+_BELOW_WIDE, _BELOW_ASTRAL = bytes(range(0xC4)), bytes(range(0xF0))
+#: Escapes of high surrogates: half of a character past U+FFFF.
+_SURROGATES = tuple(f"\\u{d}{x}".encode() for d in "dD" for x in "89abAB")
 #: Brackets as the change in depth they make, plus one (bytes are unsigned); all else dropped.
 _DEPTH = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
@@ -41,11 +45,14 @@ class JsonText:
     size: int  # bytes of text
     parsed_bytes: int  # at most what the value parsed from it holds
     too_deep: bool  # it nests more than MAX_NESTING levels deep
+    decoded_bytes: int  # at most what its text takes decoded (a `str` of 1, 2 or 4 bytes a character)
+    unescaping_bytes: int  # at most what a string with escapes takes while it is built (else 0)
 
     @property
     def parse_bytes(self) -> int:
-        """At most what parsing it takes at its peak: the text decoded, and the value it makes."""
-        return self.size + self.parsed_bytes + _PARSER
+        """At most what parsing it takes at its peak: the text decoded, the value it makes, and a
+        string being unescaped."""
+        return self.decoded_bytes + self.parsed_bytes + self.unescaping_bytes + _PARSER
 
 
 def measure(
@@ -54,37 +61,55 @@ def measure(
     start: int = 0,
     end: int | None = None,
     enough: int = _CLOSE_READ,
+    widths: tuple[int, int] | None = None,
 ) -> JsonText:
     """The counts of `text[start:end]` (UTF-8, which keeps every byte of a multi-byte character out
     of ASCII); read in place, and copied to be read closely only where a guess from all its bytes
-    (strings too) comes to more than `enough` or might nest deeper than `limit`.
+    (strings too) comes to more than `enough` or might nest deeper than `limit`. `widths`: its
+    `char_bytes()`, if known (else found from the part itself, copied if it is a part).
 
-    Exact for valid JSON. Invalid text may be counted wrong only from a string that never ends,
+    Exact for valid JSON, but for the widths of strings (each counted as wide as the widest
+    character of the text). Invalid text may be counted wrong only from a string that never ends,
     and `json.loads` stops there.
     """
     end = len(text) if end is None else end
     size = end - start
+    raw, chars = widths or char_bytes(text if (start, end) == (0, len(text)) else text[start:end])
     counts = {c: text.count(c, start, end) for c in (b",", b":", b"[", b"{", b'"')}
-    guess = size + _objects(counts[b'"'] // 2, counts)  # strings' bytes counted too: too many
+    guess = chars * size + _objects(counts[b'"'] // 2, counts)  # strings' bytes counted too: too many
+    unescaping = chars * size if text.find(b"\\", start, end) >= 0 else 0
     if counts[b"["] + counts[b"{"] <= limit and guess <= enough:  # the usual request
-        return JsonText(size, guess, too_deep=False)
-    return _read_closely(text[start:end] if (start, end) != (0, len(text)) else text, limit)
+        return JsonText(size, guess, False, raw * size, unescaping)
+    closely = _read_closely(text[start:end] if (start, end) != (0, len(text)) else text, limit, chars)
+    return JsonText(size, closely.parsed_bytes, closely.too_deep, raw * size, unescaping)
 
 
-def _read_closely(text: bytes | bytearray, limit: int) -> JsonText:
-    """`measure`, from the text outside strings; with at most two copies of `text` alive at once
-    (the budget counts two while a request is read)."""
+def char_bytes(text: bytes | bytearray) -> tuple[int, int]:
+    """At most how many bytes a character of UTF-8 JSON `text` takes in memory (CPython keeps a
+    `str` at 1, 2 or 4 bytes a character, by its widest): decoded as it is, and in the strings
+    parsed from it (where escapes such as `\\u4e2d` count too)."""
+    wide = text.translate(None, _BELOW_WIDE)
+    raw = (4 if wide.translate(None, _BELOW_ASTRAL) else 2) if wide else 1
+    escapes = text.count(b"\\u")
+    if not escapes or escapes == text.count(b"\\u00"):
+        return raw, raw
+    return raw, max(raw, 4 if any(text.count(s) for s in _SURROGATES) else 2)
+
+
+def _read_closely(text: bytes | bytearray, limit: int, chars: int) -> JsonText:
+    """`measure`, from the text outside strings (whose characters take `chars` bytes at most);
+    with at most two copies of `text` alive at once (the budget counts two while a request is read)."""
     size = len(text)
     if b"\\" in text:  # escaped backslashes and quotes gone, every quote left is one
         text = text.replace(b"\\\\", b"").replace(b'\\"', b"")
     strings = text.count(b'"') // 2
     outside = _STRING.sub(b"", text) if strings else text
     del text
-    parsed = size + _objects(strings, {c: outside.count(c) for c in (b",", b":", b"[", b"{")})
+    parsed = chars * size + _objects(strings, {c: outside.count(c) for c in (b",", b":", b"[", b"{")})
     brackets = outside.translate(_DEPTH, _NOT_BRACKETS)
     del outside
     too_deep = len(brackets) > limit and max(accumulate(map(sub, brackets, repeat(1))), default=0) > limit
-    return JsonText(size, parsed, too_deep)
+    return JsonText(size, parsed, too_deep, size, 0)
 
 
 def _objects(strings: int, outside: dict[bytes, int]) -> int:
