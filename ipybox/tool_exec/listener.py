@@ -243,7 +243,8 @@ class Listener:
             await send(writer, {"ok": False, "error": self._too_large(len(line))})
             return None, 0
         try:
-            text = _json_text.measure(line)
+            fits = None if self._max_buffered is None else self._max_buffered - self.buffered + reading
+            text = _json_text.measure(line, within=fits)
             if text.too_deep:  # refused before it is parsed: nothing walks it
                 await send(writer, {"ok": False, "error": _TOO_DEEP})
                 return None, 0

@@ -11,10 +11,12 @@ import asyncio
 import random
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
 import zmq.asyncio
+from jupyter_client.session import Session
 
 from ipybox.kernel_mgr.relay import Frames, ProtocolViolation, Relay
 
@@ -104,6 +106,53 @@ async def test_a_message_over_the_limit_is_dropped_and_the_connection_kept(tmp_p
             await kernel.send_multipart(message)
             await kernel.send_multipart([b"after"])
             assert await asyncio.wait_for(host.recv_multipart(), 5) in ([b"after"], text)
+        assert relay.drops == 4
+    finally:
+        await relay.close()
+        kernel.close(0)
+        host.close(0)
+
+
+def _stream(session: Session, text: str, username: str) -> dict[str, Any]:
+    parent = session.msg_header("execute_request")
+    parent["username"] = username
+    return session.msg("stream", {"name": "stdout", "text": text}, parent=parent)
+
+
+async def test_jupyter_messages_are_counted_by_their_json_parts_own_characters(tmp_path: Path) -> None:
+    """A message's JSON parts count as wide as their own widest character: not as one of the
+    bytes between them (a frame's size of 0xc4 or more, as a parent header of 200 to 255 bytes
+    has, once made a print of a third of the limit count 4 times and be dropped). Bytes that are
+    not UTF-8, which jupyter_client reads as U+FFFD (2 bytes a character), count so."""
+    kernel, host, relay = await _through_relay(tmp_path, zmq.PUB, zmq.SUB)
+    session = Session(key=b"key")
+    try:
+        for _ in range(100):  # until the subscription went through the relay
+            await kernel.send(b"hello")
+            if await host.poll(20):
+                break
+        assert await host.recv() == b"hello"
+        ordinary = [  # ASCII prints within the limit, whatever the frames' sizes
+            _stream(session, "a" * (LIMIT // 3), "u" * 80),  # the parent header: 0xf? bytes
+            _stream(session, "b" * (LIMIT // 3), "u" * 50),  # 0xc? bytes
+            _stream(session, "c" * (LIMIT * 2 // 3), "u" * 10),
+            _stream(session, "d" * (0xC4C4 - 34), "u" * 10),  # the content's frame size holds 0xc4
+        ]
+        for message in ordinary:
+            parts = session.serialize(message, ident=[b"stream.stdout"])
+            assert sum(map(len, parts)) < LIMIT
+            assert any(len(part) >= 0xC4 and (len(part) & 0xFF) >= 0xC4 for part in parts)
+            await kernel.send_multipart(parts)
+            received = await asyncio.wait_for(host.recv_multipart(), 5)
+            passed = session.deserialize(session.feed_identities(received)[1])
+            assert passed["content"] == message["content"]
+        assert relay.drops == 0
+        signed = [b"stream.stdout", b"<IDS|MSG>", b"", b"{}", b"{}", b"{}"]
+        for broken in (b"\x80", b"\xc0\xaf", b"\xc3", b"\xc3\xa9\xa9"):  # read as U+FFFD: 2 bytes each
+            content = b'{"name":"stdout","text":"' + broken + b"x" * 40_000 + b'"}'
+            await kernel.send_multipart([*signed, content])
+            await kernel.send_multipart([b"after"])
+            assert await asyncio.wait_for(host.recv_multipart(), 5) == [b"after"], broken
         assert relay.drops == 4
     finally:
         await relay.close()
