@@ -74,7 +74,8 @@ class Frames:
                     if header is None:
                         break
                     flags, size, length = header
-                    self._more = bool(flags & _MORE) and not flags & _COMMAND
+                    if not flags & _COMMAND:  # a command amid a message's frames leaves it open: the
+                        self._more = bool(flags & _MORE)  # host's ZMQ joins the frames around it
                     whole = len(self._message) + length + size
                     if not self._skipping and self._limit is not None and whole > self._limit:
                         self._skipping = True
@@ -139,8 +140,9 @@ def _parsed_bytes(message: bytearray, limit: int) -> int:
     spans, pos = [], 0
     with memoryview(message) as view:
         while pos < len(view):
-            _, size, length = Frames._header(view, pos) or (0, len(view) - pos - 1, 1)
-            spans.append((pos + length, pos + length + size))
+            flags, size, length = Frames._header(view, pos) or (0, len(view) - pos - 1, 1)
+            if not flags & _COMMAND:  # a command (a ping) is no part of the message
+                spans.append((pos + length, pos + length + size))
             pos += length + size
     is_delimiter = (b - a == len(_DELIMITER) and message[a:b] == _DELIMITER for a, b in spans)
     delimiter = next((i for i, found in enumerate(is_delimiter) if found), len(spans))

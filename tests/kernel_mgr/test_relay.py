@@ -160,6 +160,59 @@ async def test_jupyter_messages_are_counted_by_their_json_parts_own_characters(t
         host.close(0)
 
 
+def _ready(socket_type: bytes) -> bytes:
+    name = b"Socket-Type"
+    body = b"\x05READY" + bytes([len(name)]) + name + struct.pack(">I", len(socket_type)) + socket_type
+    return _frame(body, command=True)
+
+
+async def test_commands_amid_a_messages_frames_do_not_split_it(tmp_path: Path) -> None:
+    """A hostile kernel writes ZMTP itself: a command (a ping) between a message's frames, which
+    the host's ZMQ takes and joins the frames around, once cut the message in two for the relay,
+    each half within the limit (as bytes, and parsed) and the whole far over it."""
+    ping, ping_more = _frame(b"\x04PING\0\0", command=True), b"\x05" + _frame(b"\x04PING\0\0")[1:]
+    objects = b"[" + b"{}," * 8000 + b"{}]"  # 24 KB of text, over a MB parsed
+    sent: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def hostile_kernel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(GREETING + _ready(b"PUB"))
+        await reader.readexactly(len(GREETING))
+        while True:  # the host's frames (its READY, then its subscription): it is ready
+            _, size = await reader.readexactly(2)  # short frames, all of them
+            body = await reader.readexactly(size)
+            if body.startswith((b"\x01", b"\x09SUBSCRIBE")):
+                break
+        while True:
+            writer.write(await sent.get())
+
+    kernel_ip = str(tmp_path / "kernel")
+    server = await asyncio.start_unix_server(hostile_kernel, f"{kernel_ip}-1")
+    relay = Relay(kernel_ip, [1], LIMIT)
+    host = zmq.asyncio.Context.instance().socket(zmq.SUB)
+    host.setsockopt(zmq.SUBSCRIBE, b"")
+    host.connect(f"ipc://{await relay.start()}-1")
+    signed = [_frame(part, more=True) for part in (b"id", b"<IDS|MSG>", b"sig")]
+    json_parts = [_frame(b"{}", more=True)] * 3
+    try:
+        variants = [
+            [*signed, ping, *json_parts, _frame(objects)],  # parsed over the limit
+            [*signed, *json_parts[:1], ping, *json_parts[1:], _frame(objects)],
+            [*signed, ping_more, *json_parts, _frame(objects)],  # the command flagged as having more
+            [*[_frame(b"x" * 40_000, more=True), ping] * 3, _frame(b"end")],  # 120 KB as bytes
+        ]
+        for i, frames in enumerate(variants):
+            await sent.put(b"".join(frames) + _frame(str(i).encode()))
+            assert await asyncio.wait_for(host.recv_multipart(), 5) == [str(i).encode()], i
+        assert relay.drops == len(variants)
+        within = [_frame(b"a" * 1000, more=True), ping, _frame(b"b" * 1000)]  # passes whole
+        await sent.put(b"".join(within))
+        assert await asyncio.wait_for(host.recv_multipart(), 5) == [b"a" * 1000, b"b" * 1000]
+    finally:
+        await relay.close()
+        host.close(0)
+        server.close()
+
+
 async def test_requests_and_replies_pass_both_ways(tmp_path: Path) -> None:
     kernel, host, relay = await _through_relay(tmp_path, zmq.ROUTER, zmq.DEALER)
     try:
