@@ -256,7 +256,7 @@ class Listener:
             try:
                 request = json.loads(line.decode())  # UTF-8 only, as `measure` reads it
                 op = request.get("op")
-            except (RecursionError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            except (RecursionError, ValueError, AttributeError):  # ValueError: JSON, UTF-8, a long int
                 await send(writer, {"ok": False, "error": "malformed request"})
                 return None, 0
             self._release(text.parse_bytes - text.parsed_bytes)  # the decoded text is gone

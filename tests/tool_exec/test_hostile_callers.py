@@ -150,6 +150,14 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
         assert re.search(r"\(parsed, its \d+ bytes would take about 54.2 MiB", answer[0]["error"]), answer
         assert tool_server_buffered(executor) == 0
 
+        # numbers json.loads will not read (over 4300 digits: a ValueError, not a JSONDecodeError)
+        # once ended the connection without a word: refused as malformed, the budget given back
+        for number in ("1" * 5000, "-" + "9" * 4400, "[0, " + "1" * 4301 + "]"):
+            line = '{"op": "run", "tool_name": "echo", "tool_args": {"n": ' + number + "}}"
+            answer = await run(executor, f"exchange({line!r}.encode() + b'\\n')")
+            assert answer == [{"ok": False, "error": "malformed request"}], (number[:10], answer)
+        assert tool_server_buffered(executor) == 0
+
         # pipelined: two requests in one send, answered in order
         both = await run(executor, "exchange(request('echo', message='a') + request('echo', message='b'), 2)")
         assert [r["result"]["text"] for r in both] == ["a", "b"]
