@@ -144,6 +144,11 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
             assert MAX_ITEMS - 20 < len(kept["items"]) <= MAX_ITEMS + 1
             assert kept["items"][-1] == f"… {30_001 - len(kept['items'])} more items not kept"
             assert kept["table"] == {"…": "5000 more entries not kept"}  # the list took the budget
+        # a key is cut as a string is: a record stays bounded whatever the keys' length
+        await run(executor, "exchange(request('class', items=[1], table={'K' * 500_000: 1}))")
+        [noted] = executor.notebook().cells[-1].metadata["ipybox"]["tool_calls"]
+        for kept in (audit(log)[-1]["args"], noted["arguments"]):
+            assert [len(key) for key in kept["table"]] == [2001], str(kept)[:200]
         # small items cost the host far more parsed than as text: counted so before they are parsed
         # (800 KB of `{}, ` would take 14 MiB; counted 54), and refused with what they would take
         answer = await run(executor, "exchange(request('class', items=[{}] * 200_000))")
