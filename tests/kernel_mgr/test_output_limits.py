@@ -131,6 +131,13 @@ async def test_messages_over_the_size_limit_are_dropped_and_said(
             text = (await executor.execute(code)).text
             assert text is not None and DROPPED in text and "after" in text, (code, text)
         assert (await executor.execute("print('next')")).text == "next"
+        # images within the limit are kept, whatever bytes the sizes of the message's frames hold
+        # (one of 0xc4 or more once counted every character of its JSON 2 or 4 times: dropped)
+        for size in (450_000, 550_000, 650_000):
+            png = f"b'\\x89PNG\\r\\n\\x1a\\n' + bytes({size})"
+            code = f"from IPython.display import Image, display\ndisplay(Image(data={png}, format='png'))"
+            result = await executor.execute(code)
+            assert len(result.images) == 1 and not result.text, (size, result.text)
 
 
 def test_live_budget_drops_what_a_reader_has_not_room_for_and_says_so() -> None:
