@@ -10,9 +10,11 @@ counts here decide before `json.loads` runs.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import sub
+from typing import Any
 
 from ipybox._nesting import MAX_NESTING
 
@@ -139,3 +141,37 @@ def _objects(strings: int, outside: dict[bytes, int]) -> int:
     lists, dicts, entries = outside[b"["], outside[b"{"], outside[b":"]
     values = outside[b","] + lists + dicts + 1
     return _LIST * lists + _DICT * dicts + _ENTRY * entries + _STRING_OBJECT * strings + _VALUE * values
+
+
+#: A JSON escape of a surrogate (`\ud800` to `\udfff`): the only way a lone one gets into a value
+#: parsed from UTF-8 (its raw bytes are invalid UTF-8, refused or read as U+FFFD).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def whole_characters(value: Any, text: bytes | bytearray | str) -> Any:
+    """`value` (parsed from JSON `text`) with each lone surrogate in its strings and keys replaced
+    by U+FFFD, in place: half a character is no UTF-8, so a kernel's `"\\udc00"` made whatever
+    wrote it on (the MCP server's reply, a notebook) fail. Walked only where `text` has such an
+    escape, and without recursion."""
+    raw = text.encode() if isinstance(text, str) else text
+    if not _SURROGATE_ESCAPE.search(raw):
+        return value
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    stack = [value] if isinstance(value, dict | list) else []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in [k for k in item if isinstance(k, str) and _LONE_SURROGATE.search(k)]:
+                item[_LONE_SURROGATE.sub("\ufffd", key)] = item.pop(key)
+            places: Iterable[tuple[Any, Any]] = list(item.items())
+        else:
+            places = enumerate(item)
+        for place, inner in places:
+            if isinstance(inner, str):
+                if _LONE_SURROGATE.search(inner):
+                    item[place] = _LONE_SURROGATE.sub("\ufffd", inner)
+            elif isinstance(inner, dict | list):
+                stack.append(inner)
+    return value

@@ -142,3 +142,20 @@ def test_a_text_over_what_fits_is_not_read_closely(flood: str, monkeypatch: pyte
     assert counted.parsed_bytes <= measure(line).parsed_bytes  # never more than the close read says
     small = b"[" + FLOODS[flood] * 100 + b"1]"  # one that fits is read closely, as before
     assert measure(small, limit=10, within=within) == measure(small, limit=10)
+
+
+def test_half_characters_are_read_as_replacement_characters() -> None:
+    from ipybox._json_text import whole_characters
+
+    text = (
+        r'{"a\udc00": ["x\ud800y", {"k": "\udfff", "deep": [[["\udbff"]]]}], '
+        r'"pair": "\ud83d\ude00", "not": "\\udc00"}'
+    )
+    value = whole_characters(json.loads(text), text.encode())
+    assert value == {
+        "a\ufffd": ["x\ufffdy", {"k": "\ufffd", "deep": [[["\ufffd"]]]}],
+        "pair": "\U0001f600",  # a whole character, kept
+        "not": "\\udc00",  # an escaped backslash: text, kept
+    }
+    assert json.dumps(value, ensure_ascii=False).encode()  # UTF-8 again
+    assert whole_characters("\ud800", b'"\\ud800"') == "\ufffd"

@@ -254,7 +254,7 @@ class Listener:
                 return None, 0
             reading = text.parse_bytes
             try:
-                request = json.loads(line.decode())  # UTF-8 only, as `measure` reads it
+                request = _json_text.whole_characters(json.loads(line.decode()), line)  # UTF-8 only
                 op = request.get("op")
             except (RecursionError, ValueError, AttributeError):  # ValueError: JSON, UTF-8, a long int
                 await send(writer, {"ok": False, "error": "malformed request"})

@@ -164,8 +164,8 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
             assert answer == [{"ok": False, "error": "malformed request"}], (number[:10], answer)
         assert tool_server_buffered(executor) == 0
 
-        # lone surrogates (JSON escapes of half a character) in a call's names, keys and values:
-        # recorded as they came; the notebook still saves (they are no UTF-8), and reads back so
+        # lone surrogates (JSON escapes of half a character: no UTF-8) in a call's names, keys and
+        # values are read as U+FFFD: the notebook (and an MCP reply or approval) can carry them
         line = (
             '{"op": "run", "server_name": "s\\udc00", "server_params": {}, "tool_name": "t\\ud800", '
             '"tool_args": {"k\\udfff": ["v\\udbff"]}}\n'
@@ -174,7 +174,7 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
         assert answer and "is not registered" in answer[0]["error"], answer
         executor.save_notebook(tmp_path / "session.ipynb")
         [saved] = SessionRecord.load(tmp_path / "session.ipynb").entries[-1].tool_calls
-        assert (saved.server, saved.tool, saved.arguments) == ("s\udc00", "t\ud800", {"k\udfff": ["v\udbff"]})
+        assert (saved.server, saved.tool, saved.arguments) == ("s\ufffd", "t\ufffd", {"k\ufffd": ["v\ufffd"]})
 
         # pipelined: two requests in one send, answered in order
         both = await run(executor, "exchange(request('echo', message='a') + request('echo', message='b'), 2)")
