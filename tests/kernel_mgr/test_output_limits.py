@@ -82,11 +82,11 @@ async def test_image_floods_are_cut_at_the_limits(tmp_path: Path) -> None:
 
 #: Kernel code: `raw(kind, size, frames=0)` writes a message straight to the iopub socket, past the
 #: kernel's own hooks: `size` characters of display data or stream text, plus `frames` buffers
-#: (or with its first character replaced by the JSON text `escape`).
+#: (or with its first character replaced by the JSON text `escape`; or `content` as given).
 RAW = """
-def raw(kind, size, frames=0, escape=""):
+def raw(kind, size, frames=0, escape="", content=None):
     pub = get_ipython().display_pub
-    content = (
+    content = content if content is not None else (
         {"name": "stdout", "text": "x" * size} if kind == "stream"
         else {"data": {"image/png": "A" * size}, "metadata": {}}
     )
@@ -141,6 +141,18 @@ async def test_messages_over_the_size_limit_are_dropped_and_said(
         # code: read as U+FFFD (as UTF-8 it failed whatever wrote it on: an MCP reply ended the server)
         halves = "raw('stream', 3, escape='\\\\udc00\\\\ud800')\nprint('after')"
         assert (await executor.execute(halves)).text == "\ufffd\ufffdxxafter"
+        # fields of the wrong type (a number, a list, a dict where text goes) once failed the cell
+        # with a bare TypeError: shown as text, and the cell's own output kept
+        for content, shown in (
+            ("{'name': 'stdout', 'text': 123}", "123"),
+            ("{'name': 'stdout', 'text': ['a', 'b']}", "ab"),
+            ("{'data': [], 'metadata': {}}", ""),
+            ("{'data': {'image/png': 5, 'text/plain': 7}, 'metadata': {}}", "7\n"),
+            ("{'data': {'text/plain': {'a': 1}}, 'metadata': {}}", "{'a': 1}\n"),
+        ):
+            kind = "stream" if "name" in content else "display_data"
+            result = await executor.execute(f"raw({kind!r}, 0, content={content})\nprint('after')")
+            assert result.text == shown + "after", (content, result.text)
         # images within the limit are kept, whatever bytes the sizes of the message's frames hold
         # (one of 0xc4 or more once counted every character of its JSON 2 or 4 times: dropped)
         for size in (450_000, 550_000, 650_000):
