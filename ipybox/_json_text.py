@@ -154,9 +154,9 @@ def whole_characters(value: Any, text: bytes | bytearray | str) -> Any:
     by U+FFFD, in place: half a character is no UTF-8, so a kernel's `"\\udc00"` made whatever
     wrote it on (the MCP server's reply, a notebook) fail. Walked only where `text` has such an
     escape, and without recursion."""
-    raw = text.encode() if isinstance(text, str) else text
-    if not _SURROGATE_ESCAPE.search(raw):
-        return value
+    raw = text.encode(errors="surrogatepass") if isinstance(text, str) else text
+    if (b"\\ud" not in raw and b"\\uD" not in raw) or not _SURROGATE_ESCAPE.search(raw):
+        return value  # found at C speed (the regular expression reads a byte at a time)
     if isinstance(value, str):
         return _LONE_SURROGATE.sub("\ufffd", value)
     stack = [value] if isinstance(value, dict | list) else []
