@@ -113,9 +113,11 @@ async def test_a_message_over_the_limit_is_dropped_and_the_connection_kept(tmp_p
         host.close(0)
 
 
-def _stream(session: Session, text: str, username: str) -> dict[str, Any]:
-    parent = session.msg_header("execute_request")
-    parent["username"] = username
+def _stream(session: Session, text: str, parent_size: int) -> dict[str, Any]:
+    """A print's message, its parent header (a frame of its own) padded to `parent_size` bytes."""
+    parent = {"msg_id": "m", "msg_type": "execute_request", "username": ""}
+    parent["username"] = "u" * (parent_size - len(session.pack(parent)))
+    assert len(session.pack(parent)) == parent_size
     return session.msg("stream", {"name": "stdout", "text": text}, parent=parent)
 
 
@@ -133,15 +135,14 @@ async def test_jupyter_messages_are_counted_by_their_json_parts_own_characters(t
                 break
         assert await host.recv() == b"hello"
         ordinary = [  # ASCII prints within the limit, whatever the frames' sizes
-            _stream(session, "a" * (LIMIT // 3), "u" * 80),  # the parent header: 0xf? bytes
-            _stream(session, "b" * (LIMIT // 3), "u" * 50),  # 0xc? bytes
-            _stream(session, "c" * (LIMIT * 2 // 3), "u" * 10),
-            _stream(session, "d" * (0xC4C4 - 34), "u" * 10),  # the content's frame size holds 0xc4
+            _stream(session, "a" * (LIMIT // 3), 0xF5),  # a parent header of 0xf5 bytes: 4 times
+            _stream(session, "b" * (LIMIT // 2 + 1000), 0xDC),  # 2 times
+            _stream(session, "c" * (LIMIT * 2 // 3), 0xDC),
+            _stream(session, "d" * (0xC4C4 - 34), 0x80),  # the content's frame size holds 0xc4
         ]
         for message in ordinary:
             parts = session.serialize(message, ident=[b"stream.stdout"])
             assert sum(map(len, parts)) < LIMIT
-            assert any(len(part) >= 0xC4 and (len(part) & 0xFF) >= 0xC4 for part in parts)
             await kernel.send_multipart(parts)
             received = await asyncio.wait_for(host.recv_multipart(), 5)
             passed = session.deserialize(session.feed_identities(received)[1])
