@@ -10,9 +10,11 @@ counts here decide before `json.loads` runs.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import sub
+from typing import Any
 
 from ipybox._nesting import MAX_NESTING
 
@@ -36,6 +38,7 @@ _SURROGATES = tuple(f"\\u{d}{x}".encode() for d in "dD" for x in "89abAB")
 #: Brackets as the change in depth they make, plus one (bytes are unsigned); all else dropped.
 _DEPTH = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_OUTSIDE = (b",", b":", b"[", b"{")
 
 
 @dataclass(frozen=True)
@@ -61,26 +64,29 @@ def measure(
     start: int = 0,
     end: int | None = None,
     enough: int = _CLOSE_READ,
-    widths: tuple[int, int] | None = None,
+    within: int | None = None,
 ) -> JsonText:
     """The counts of `text[start:end]` (UTF-8, which keeps every byte of a multi-byte character out
-    of ASCII); read in place, and copied to be read closely only where a guess from all its bytes
-    (strings too) comes to more than `enough` or might nest deeper than `limit`. `widths`: its
-    `char_bytes()`, if known (else found from the part itself, copied if it is a part).
+    of ASCII; a part is copied); read closely only where a guess from all its bytes (strings too)
+    comes to more than `enough` or might nest deeper than `limit`. A text whose value takes more
+    than `within` is read no closer than it takes to tell (its depth then not read): reading a
+    text of millions of strings or brackets closely takes seconds, and it is refused anyway.
 
     Exact for valid JSON, but for the widths of strings (each counted as wide as the widest
     character of the text). Invalid text may be counted wrong only from a string that never ends,
     and `json.loads` stops there.
     """
     end = len(text) if end is None else end
+    if (start, end) != (0, len(text)):
+        text, start, end = text[start:end], 0, end - start
     size = end - start
-    raw, chars = widths or char_bytes(text if (start, end) == (0, len(text)) else text[start:end])
+    raw, chars = char_bytes(text)
     counts = {c: text.count(c, start, end) for c in (b",", b":", b"[", b"{", b'"')}
     guess = chars * size + _objects(counts[b'"'] // 2, counts)  # strings' bytes counted too: too many
     unescaping = chars * size if text.find(b"\\", start, end) >= 0 else 0
     if counts[b"["] + counts[b"{"] <= limit and guess <= enough:  # the usual request
         return JsonText(size, guess, False, raw * size, unescaping)
-    closely = _read_closely(text[start:end] if (start, end) != (0, len(text)) else text, limit, chars)
+    closely = _read_closely(text, limit, chars, within)
     return JsonText(size, closely.parsed_bytes, closely.too_deep, raw * size, unescaping)
 
 
@@ -89,23 +95,40 @@ def char_bytes(text: bytes | bytearray) -> tuple[int, int]:
     `str` at 1, 2 or 4 bytes a character, by its widest): decoded as it is, and in the strings
     parsed from it (where escapes such as `\\u4e2d` count too)."""
     wide = text.translate(None, _BELOW_WIDE)
-    raw = (4 if wide.translate(None, _BELOW_ASTRAL) else 2) if wide else 1
+    if wide:
+        raw = 4 if wide.translate(None, _BELOW_ASTRAL) else 2
+    else:  # invalid UTF-8 is refused, or (jupyter_client) read as U+FFFD, 2 bytes a character
+        raw = 1 if text.isascii() or _is_utf8(text) else 2
     escapes = text.count(b"\\u")
     if not escapes or escapes == text.count(b"\\u00"):
         return raw, raw
     return raw, max(raw, 4 if any(text.count(s) for s in _SURROGATES) else 2)
 
 
-def _read_closely(text: bytes | bytearray, limit: int, chars: int) -> JsonText:
+def _is_utf8(text: bytes | bytearray) -> bool:
+    try:
+        text.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _read_closely(text: bytes | bytearray, limit: int, chars: int, within: int | None) -> JsonText:
     """`measure`, from the text outside strings (whose characters take `chars` bytes at most);
-    with at most two copies of `text` alive at once (the budget counts two while a request is read)."""
+    with at most two copies of `text` alive at once (the budget counts two while a request is read).
+    Past `within`, it stops: before the strings are cut out (their count known), or before the
+    depth is read (the brackets known)."""
     size = len(text)
     if b"\\" in text:  # escaped backslashes and quotes gone, every quote left is one
         text = text.replace(b"\\\\", b"").replace(b'\\"', b"")
     strings = text.count(b'"') // 2
+    if within is not None and chars * size + _STRING_OBJECT * strings > within:
+        return JsonText(size, chars * size + _objects(strings, dict.fromkeys(_OUTSIDE, 0)), False, size, 0)
     outside = _STRING.sub(b"", text) if strings else text
     del text
-    parsed = chars * size + _objects(strings, {c: outside.count(c) for c in (b",", b":", b"[", b"{")})
+    parsed = chars * size + _objects(strings, {c: outside.count(c) for c in _OUTSIDE})
+    if within is not None and parsed > within:
+        return JsonText(size, parsed, False, size, 0)
     brackets = outside.translate(_DEPTH, _NOT_BRACKETS)
     del outside
     too_deep = len(brackets) > limit and max(accumulate(map(sub, brackets, repeat(1))), default=0) > limit
@@ -118,3 +141,37 @@ def _objects(strings: int, outside: dict[bytes, int]) -> int:
     lists, dicts, entries = outside[b"["], outside[b"{"], outside[b":"]
     values = outside[b","] + lists + dicts + 1
     return _LIST * lists + _DICT * dicts + _ENTRY * entries + _STRING_OBJECT * strings + _VALUE * values
+
+
+#: A JSON escape of a surrogate (`\ud800` to `\udfff`): the only way a lone one gets into a value
+#: parsed from UTF-8 (its raw bytes are invalid UTF-8, refused or read as U+FFFD).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def whole_characters(value: Any, text: bytes | bytearray | str) -> Any:
+    """`value` (parsed from JSON `text`) with each lone surrogate in its strings and keys replaced
+    by U+FFFD, in place: half a character is no UTF-8, so a kernel's `"\\udc00"` made whatever
+    wrote it on (the MCP server's reply, a notebook) fail. Walked only where `text` has such an
+    escape, and without recursion."""
+    raw = text.encode(errors="surrogatepass") if isinstance(text, str) else text
+    if (b"\\ud" not in raw and b"\\uD" not in raw) or not _SURROGATE_ESCAPE.search(raw):
+        return value  # found at C speed (the regular expression reads a byte at a time)
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    stack = [value] if isinstance(value, dict | list) else []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in [k for k in item if isinstance(k, str) and _LONE_SURROGATE.search(k)]:
+                item[_LONE_SURROGATE.sub("\ufffd", key)] = item.pop(key)
+            places: Iterable[tuple[Any, Any]] = list(item.items())
+        else:
+            places = enumerate(item)
+        for place, inner in places:
+            if isinstance(inner, str):
+                if _LONE_SURROGATE.search(inner):
+                    item[place] = _LONE_SURROGATE.sub("\ufffd", inner)
+            elif isinstance(inner, dict | list):
+                stack.append(inner)
+    return value

@@ -108,3 +108,54 @@ def test_ordinary_data_is_counted_close_to_what_it_takes() -> None:
     held = measure(line).parse_bytes + len(line) * 9 // 8 + (1 << 20)
     budget = ResourceLimits().tool_buffer
     assert budget is not None and held < budget
+
+
+#: Texts of millions of strings or brackets: cutting their strings out or walking their depth
+#: took the host's event loop 2 to 6 seconds for 38 MiB; what they parse to is far over any budget.
+FLOODS = {
+    "empty strings": b'"",',
+    "escaped quotes that end strings": b'\\\\",',
+    "empty lists": b"[],",
+    "brackets nested 100 deep": b"[" * 100 + b"]" * 100 + b",",
+    "strings holding brackets": b'"[{",',
+}
+
+
+@pytest.mark.parametrize("flood", FLOODS)
+def test_a_text_over_what_fits_is_not_read_closely(flood: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ipybox import _json_text
+
+    class Refuse:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"read closely ({name}) a text that cannot fit")
+
+        def __call__(self, *args: Any) -> Any:
+            raise AssertionError("walked the depth of a text that cannot fit")
+
+    line = b"[" + FLOODS[flood] * 200_000 + b"1]"
+    within = 2 << 20
+    with monkeypatch.context() as patched:  # the costly steps: cutting strings out, walking depth
+        patched.setattr(_json_text, "_STRING", Refuse())
+        patched.setattr(_json_text, "accumulate", Refuse())
+        counted = measure(line, within=within)
+    assert counted.parsed_bytes > within
+    assert counted.parsed_bytes <= measure(line).parsed_bytes  # never more than the close read says
+    small = b"[" + FLOODS[flood] * 100 + b"1]"  # one that fits is read closely, as before
+    assert measure(small, limit=10, within=within) == measure(small, limit=10)
+
+
+def test_half_characters_are_read_as_replacement_characters() -> None:
+    from ipybox._json_text import whole_characters
+
+    text = (
+        r'{"a\udc00": ["x\ud800y", {"k": "\udfff", "deep": [[["\udbff"]]]}], '
+        r'"pair": "\ud83d\ude00", "not": "\\udc00"}'
+    )
+    value = whole_characters(json.loads(text), text.encode())
+    assert value == {
+        "a\ufffd": ["x\ufffdy", {"k": "\ufffd", "deep": [[["\ufffd"]]]}],
+        "pair": "\U0001f600",  # a whole character, kept
+        "not": "\\udc00",  # an escaped backslash: text, kept
+    }
+    assert json.dumps(value, ensure_ascii=False).encode()  # UTF-8 again
+    assert whole_characters("\ud800", b'"\\ud800"') == "\ufffd"

@@ -13,9 +13,13 @@ and the kernel's drops them (`ipybox.kernel_mgr.relay`), and the cell's output s
 
 from __future__ import annotations
 
+from typing import Any
+
 import zmq
 from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.session import json_unpacker
 
+from ipybox import _json_text
 from ipybox.kernel_mgr.limits import format_size
 
 #: Messages ZMQ queues per socket before it stops reading from the kernel.
@@ -23,8 +27,14 @@ QUEUE = 1
 
 
 def bound(client: AsyncKernelClient) -> None:
-    """Bound the queue of every socket `client` creates from now on (call before `start_channels`)."""
+    """Bound the queue of every socket `client` creates from now on (call before `start_channels`),
+    and read each message's JSON in whole characters (`_json_text.whole_characters`)."""
     client.context.setsockopt(zmq.RCVHWM, QUEUE)  # the client's own: no other kernel's sockets
+    client.session.unpack = _unpack
+
+
+def _unpack(data: bytes | str) -> Any:
+    return _json_text.whole_characters(json_unpacker(data), data)
 
 
 def dropped_note(message_bytes: int | None) -> str:

@@ -70,25 +70,36 @@ class OutputCollector:
 
     def add(self, msg: dict[str, Any]) -> None:
         msg_type = msg["msg_type"]
-        content = msg["content"]
+        content = msg["content"] if isinstance(msg["content"], dict) else {}
         source = {"msg_type": msg_type, "content": content}
         if msg_type == "stream":
-            self._emit(KernelEvent("stream", text=strip_ansi(content.get("text", "")), **source))
+            self._emit(KernelEvent("stream", text=strip_ansi(_text(content.get("text", ""))), **source))
         elif msg_type in ("execute_result", "display_data", "update_display_data"):
             data = content.get("data", {})
-            if "image/png" in data:
+            data = data if isinstance(data, dict) else {}
+            if isinstance(data.get("image/png"), str):
                 self._emit(KernelEvent("image", encoded=data["image/png"], **source))
             elif "text/plain" in data:
-                self._emit(KernelEvent("text", text=strip_ansi(data["text/plain"]) + "\n", **source))
+                self._emit(KernelEvent("text", text=strip_ansi(_text(data["text/plain"])) + "\n", **source))
             else:
                 self._emit(KernelEvent("other", **source))
         elif msg_type == "error":
-            self.error = strip_ansi("\n".join(content.get("traceback", [])))
+            traceback = content.get("traceback", [])
+            self.error = strip_ansi(_text(traceback if isinstance(traceback, list) else [traceback], "\n"))
             if not self.error.strip():
                 self.error = f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
             self._emit(KernelEvent("error", **source))
         elif msg_type == "clear_output":
             self._emit(KernelEvent("other", **source))
+
+
+def _text(value: Any, joined_by: str = "") -> str:
+    """A kernel's text as text, whatever a hostile kernel sent in its place (a number, a list)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # lines, as notebooks keep them
+        return joined_by.join(item if isinstance(item, str) else repr(item) for item in value)
+    return repr(value)
 
 
 class OutputBuffer:

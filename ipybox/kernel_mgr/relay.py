@@ -74,7 +74,8 @@ class Frames:
                     if header is None:
                         break
                     flags, size, length = header
-                    self._more = bool(flags & _MORE) and not flags & _COMMAND
+                    if not flags & _COMMAND:  # a command amid a message's frames leaves it open: the
+                        self._more = bool(flags & _MORE)  # host's ZMQ joins the frames around it
                     whole = len(self._message) + length + size
                     if not self._skipping and self._limit is not None and whole > self._limit:
                         self._skipping = True
@@ -139,15 +140,16 @@ def _parsed_bytes(message: bytearray, limit: int) -> int:
     spans, pos = [], 0
     with memoryview(message) as view:
         while pos < len(view):
-            _, size, length = Frames._header(view, pos) or (0, len(view) - pos - 1, 1)
-            spans.append((pos + length, pos + length + size))
+            flags, size, length = Frames._header(view, pos) or (0, len(view) - pos - 1, 1)
+            if not flags & _COMMAND:  # a command (a ping) is no part of the message
+                spans.append((pos + length, pos + length + size))
             pos += length + size
     is_delimiter = (b - a == len(_DELIMITER) and message[a:b] == _DELIMITER for a, b in spans)
     delimiter = next((i for i, found in enumerate(is_delimiter) if found), len(spans))
     json_parts = spans[delimiter + 2 : delimiter + 6]
     others = len(message) - sum(b - a for a, b in json_parts)
-    widths = _json_text.char_bytes(message)  # of the whole message: no part copied to find them
-    parts = (_json_text.measure(message, start=a, end=b, enough=limit, widths=widths) for a, b in json_parts)
+    # each part by its own widths: a frame's size (a byte of 0xc4 or more) is not a wide character
+    parts = (_json_text.measure(message, start=a, end=b, enough=limit, within=limit) for a, b in json_parts)
     return others + sum(part.parsed_bytes for part in parts)
 
 

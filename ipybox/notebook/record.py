@@ -374,7 +374,9 @@ class SessionRecord:
         directories are walked without following links, made if missing; a link at `path` itself
         is replaced, never written through. Elsewhere the parent directory is made if missing.
         """
-        data = _format.dumps(self._notebook()).encode()
+        # a lone surrogate (a kernel's `"\\udc00"` in a tool call's JSON) is no UTF-8: written as
+        # the JSON escape it came as, inside its string, rather than failing every later save
+        data = _format.dumps(self._notebook()).encode(errors="backslashreplace")
         path = Path(path)
         with _open_parent(path, trusted, create=True) as fd:
             _safe_fs.replace_file(fd, path.name, io.BytesIO(data))

@@ -204,10 +204,10 @@ def _lost_state(entry: CellRecord | SessionMark) -> bool:
 def _matches(recorded: Any, live: Any) -> bool:
     """Whether `live` (raw arguments) is what the record kept as `recorded` (redacted, cut)."""
     if isinstance(recorded, dict) and isinstance(live, dict):
-        if MORE in recorded and _cut_short(recorded[MORE], len(recorded) - 1, live):  # the first ones
-            keys = [k for k in recorded if k != MORE]
-            return keys == list(live)[: len(keys)] and all(_matches(recorded[k], live[k]) for k in keys)
-        return recorded.keys() == live.keys() and all(_matches(recorded[k], live[k]) for k in recorded)
+        cut = MORE in recorded and _cut_short(recorded[MORE], len(recorded) - 1, live)  # the first ones
+        keys = [k for k in recorded if not (cut and k == MORE)]
+        pairs = _paired(keys, list(live)[: len(keys)] if cut else list(live))
+        return pairs is not None and all(_matches(recorded[r], live[k]) for r, k in pairs)
     if isinstance(recorded, list) and isinstance(live, list | tuple):
         if recorded and _cut_short(recorded[-1], len(recorded) - 1, live):
             recorded, live = recorded[:-1], live[: len(recorded) - 1]
@@ -219,6 +219,24 @@ def _matches(recorded: Any, live: Any) -> bool:
         parts = recorded.split(_SECRET)  # each secret's value stands for one `***`
         return cut.startswith(parts[0]) and cut.endswith(parts[-1]) and len(cut) >= sum(map(len, parts))
     return bool(recorded == live) and type(recorded) is type(live)
+
+
+def _paired(recorded: list[Any], live: list[Any]) -> list[tuple[Any, Any]] | None:
+    """Each recorded key with the live key it was recorded from, or None where they differ: the
+    notebook keeps keys sorted, redacted and cut as strings are (one with a secret in it matches as
+    a string does)."""
+    if len(recorded) != len(live):
+        return None
+    as_kept = {(redact_value(k, ()) if isinstance(k, str) else k): k for k in live}
+    pairs = [(r, as_kept.pop(r)) for r in recorded if r in as_kept]
+    rest, paired = list(as_kept.values()), {r for r, _ in pairs}
+    for r in [r for r in recorded if isinstance(r, str) and _SECRET in r and r not in paired]:
+        found = next((k for k in rest if isinstance(k, str) and _matches(r, k)), None)
+        if found is None:
+            return None
+        rest.remove(found)
+        pairs.append((r, found))
+    return pairs if len(pairs) == len(recorded) else None
 
 
 def _cut_short(marker: Any, kept: int, live: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:

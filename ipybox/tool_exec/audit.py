@@ -36,7 +36,7 @@ def redact_value(
     value: Any, secrets: Iterable[str], limit: int | None = _MAX_FIELD, items: int = MAX_ITEMS
 ) -> Any:
     """`value` (JSON-like) as a record keeps it: each secret in its strings (keys too) replaced by
-    `***`, each string cut to `limit` characters (None: not cut) with `…` marking the cut, and at
+    `***`, each string (keys too) cut to `limit` characters (None: not cut) with `…` marking the cut, and at
     most `items` list elements and dict entries in all, each list or dict cut short ending with
     `MORE` and how many it left out.
 
@@ -56,7 +56,7 @@ class _Redaction:
         if isinstance(value, dict):  # its keys are taken before any value is walked, as a list's items
             keys = list(islice(value, max(self.left, 0)))
             self.left -= len(keys)
-            kept = {redact(k, self.secrets) if isinstance(k, str) else k: self.walk(value[k]) for k in keys}
+            kept = {self.walk(k) if isinstance(k, str) else k: self.walk(value[k]) for k in keys}
             if len(keys) < len(value):
                 kept[MORE] = left_out(len(value) - len(keys), of_list=False)
             return kept

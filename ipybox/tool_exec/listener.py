@@ -243,7 +243,8 @@ class Listener:
             await send(writer, {"ok": False, "error": self._too_large(len(line))})
             return None, 0
         try:
-            text = _json_text.measure(line)
+            fits = None if self._max_buffered is None else self._max_buffered - self.buffered + reading
+            text = _json_text.measure(line, within=fits)
             if text.too_deep:  # refused before it is parsed: nothing walks it
                 await send(writer, {"ok": False, "error": _TOO_DEEP})
                 return None, 0
@@ -253,9 +254,9 @@ class Listener:
                 return None, 0
             reading = text.parse_bytes
             try:
-                request = json.loads(line.decode())  # UTF-8 only, as `measure` reads it
+                request = _json_text.whole_characters(json.loads(line.decode()), line)  # UTF-8 only
                 op = request.get("op")
-            except (RecursionError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            except (RecursionError, ValueError, AttributeError):  # ValueError: JSON, UTF-8, a long int
                 await send(writer, {"ok": False, "error": "malformed request"})
                 return None, 0
             self._release(text.parse_bytes - text.parsed_bytes)  # the decoded text is gone

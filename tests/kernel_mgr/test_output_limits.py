@@ -81,15 +81,21 @@ async def test_image_floods_are_cut_at_the_limits(tmp_path: Path) -> None:
 
 
 #: Kernel code: `raw(kind, size, frames=0)` writes a message straight to the iopub socket, past the
-#: kernel's own hooks: `size` characters of display data or stream text, plus `frames` buffers.
+#: kernel's own hooks: `size` characters of display data or stream text, plus `frames` buffers
+#: (or with its first character replaced by the JSON text `escape`; or `content` as given).
 RAW = """
-def raw(kind, size, frames=0):
+def raw(kind, size, frames=0, escape="", content=None):
     pub = get_ipython().display_pub
-    content = (
+    content = content if content is not None else (
         {"name": "stdout", "text": "x" * size} if kind == "stream"
         else {"data": {"image/png": "A" * size}, "metadata": {}}
     )
     msg = pub.session.msg(kind, content, parent=pub.parent_header)
+    if escape:  # put in its JSON text as it is (json.dumps would escape the backslash)
+        parts = [pub.session.pack(msg[part]) for part in ("header", "parent_header", "metadata", "content")]
+        parts[3] = parts[3].replace(b'"x', b'"' + escape.encode(), 1)
+        pub.pub_socket.send_multipart([pub.topic, b"<IDS|MSG>", pub.session.sign(parts), *parts])
+        return
     pub.session.send(pub.pub_socket, msg, ident=pub.topic, buffers=[b"b" * size] * frames)
 """
 DROPPED = "larger than 1.0 MiB, the most ipybox takes in one message, as bytes or as it would parse"
@@ -131,6 +137,29 @@ async def test_messages_over_the_size_limit_are_dropped_and_said(
             text = (await executor.execute(code)).text
             assert text is not None and DROPPED in text and "after" in text, (code, text)
         assert (await executor.execute("print('next')")).text == "next"
+        # half a character (a lone surrogate's JSON escape) in a message written past the kernel's
+        # code: read as U+FFFD (as UTF-8 it failed whatever wrote it on: an MCP reply ended the server)
+        halves = "raw('stream', 3, escape='\\\\udc00\\\\ud800')\nprint('after')"
+        assert (await executor.execute(halves)).text == "\ufffd\ufffdxxafter"
+        # fields of the wrong type (a number, a list, a dict where text goes) once failed the cell
+        # with a bare TypeError: shown as text, and the cell's own output kept
+        for content, shown in (
+            ("{'name': 'stdout', 'text': 123}", "123"),
+            ("{'name': 'stdout', 'text': ['a', 'b']}", "ab"),
+            ("{'data': [], 'metadata': {}}", ""),
+            ("{'data': {'image/png': 5, 'text/plain': 7}, 'metadata': {}}", "7\n"),
+            ("{'data': {'text/plain': {'a': 1}}, 'metadata': {}}", "{'a': 1}\n"),
+        ):
+            kind = "stream" if "name" in content else "display_data"
+            result = await executor.execute(f"raw({kind!r}, 0, content={content})\nprint('after')")
+            assert result.text == shown + "after", (content, result.text)
+        # images within the limit are kept, whatever bytes the sizes of the message's frames hold
+        # (one of 0xc4 or more once counted every character of its JSON 2 or 4 times: dropped)
+        for size in (450_000, 550_000, 650_000):
+            png = f"b'\\x89PNG\\r\\n\\x1a\\n' + bytes({size})"
+            code = f"from IPython.display import Image, display\ndisplay(Image(data={png}, format='png'))"
+            result = await executor.execute(code)
+            assert len(result.images) == 1 and not result.text, (size, result.text)
 
 
 def test_live_budget_drops_what_a_reader_has_not_room_for_and_says_so() -> None:

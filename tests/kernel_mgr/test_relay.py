@@ -11,10 +11,12 @@ import asyncio
 import random
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zmq
 import zmq.asyncio
+from jupyter_client.session import Session
 
 from ipybox.kernel_mgr.relay import Frames, ProtocolViolation, Relay
 
@@ -109,6 +111,107 @@ async def test_a_message_over_the_limit_is_dropped_and_the_connection_kept(tmp_p
         await relay.close()
         kernel.close(0)
         host.close(0)
+
+
+def _stream(session: Session, text: str, parent_size: int) -> dict[str, Any]:
+    """A print's message, its parent header (a frame of its own) padded to `parent_size` bytes."""
+    parent = {"msg_id": "m", "msg_type": "execute_request", "username": ""}
+    parent["username"] = "u" * (parent_size - len(session.pack(parent)))
+    assert len(session.pack(parent)) == parent_size
+    return session.msg("stream", {"name": "stdout", "text": text}, parent=parent)
+
+
+async def test_jupyter_messages_are_counted_by_their_json_parts_own_characters(tmp_path: Path) -> None:
+    """A message's JSON parts count as wide as their own widest character: not as one of the
+    bytes between them (a frame's size of 0xc4 or more, as a parent header of 200 to 255 bytes
+    has, once made a print of a third of the limit count 4 times and be dropped). Bytes that are
+    not UTF-8, which jupyter_client reads as U+FFFD (2 bytes a character), count so."""
+    kernel, host, relay = await _through_relay(tmp_path, zmq.PUB, zmq.SUB)
+    session = Session(key=b"key")
+    try:
+        for _ in range(100):  # until the subscription went through the relay
+            await kernel.send(b"hello")
+            if await host.poll(20):
+                break
+        assert await host.recv() == b"hello"
+        ordinary = [  # ASCII prints within the limit, whatever the frames' sizes
+            _stream(session, "a" * (LIMIT // 3), 0xF5),  # a parent header of 0xf5 bytes: 4 times
+            _stream(session, "b" * (LIMIT // 2 + 1000), 0xDC),  # 2 times
+            _stream(session, "c" * (LIMIT * 2 // 3), 0xDC),
+            _stream(session, "d" * (0xC4C4 - 34), 0x80),  # the content's frame size holds 0xc4
+        ]
+        for message in ordinary:
+            parts = session.serialize(message, ident=[b"stream.stdout"])
+            assert sum(map(len, parts)) < LIMIT
+            await kernel.send_multipart(parts)
+            received = await asyncio.wait_for(host.recv_multipart(), 5)
+            passed = session.deserialize(session.feed_identities(received)[1])
+            assert passed["content"] == message["content"]
+        assert relay.drops == 0
+        signed = [b"stream.stdout", b"<IDS|MSG>", b"", b"{}", b"{}", b"{}"]
+        for broken in (b"\x80", b"\xc0\xaf", b"\xc3", b"\xc3\xa9\xa9"):  # read as U+FFFD: 2 bytes each
+            content = b'{"name":"stdout","text":"' + broken + b"x" * 40_000 + b'"}'
+            await kernel.send_multipart([*signed, content])
+            await kernel.send_multipart([b"after"])
+            assert await asyncio.wait_for(host.recv_multipart(), 5) == [b"after"], broken
+        assert relay.drops == 4
+    finally:
+        await relay.close()
+        kernel.close(0)
+        host.close(0)
+
+
+def _ready(socket_type: bytes) -> bytes:
+    name = b"Socket-Type"
+    body = b"\x05READY" + bytes([len(name)]) + name + struct.pack(">I", len(socket_type)) + socket_type
+    return _frame(body, command=True)
+
+
+async def test_commands_amid_a_messages_frames_do_not_split_it(tmp_path: Path) -> None:
+    """A hostile kernel writes ZMTP itself: a command (a ping) between a message's frames, which
+    the host's ZMQ takes and joins the frames around, once cut the message in two for the relay,
+    each half within the limit (as bytes, and parsed) and the whole far over it."""
+    ping, ping_more = _frame(b"\x04PING\0\0", command=True), b"\x05" + _frame(b"\x04PING\0\0")[1:]
+    objects = b"[" + b"{}," * 8000 + b"{}]"  # 24 KB of text, over a MB parsed
+    sent: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def hostile_kernel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(GREETING + _ready(b"PUB"))
+        await reader.readexactly(len(GREETING))
+        while True:  # the host's frames (its READY, then its subscription): it is ready
+            _, size = await reader.readexactly(2)  # short frames, all of them
+            body = await reader.readexactly(size)
+            if body.startswith((b"\x01", b"\x09SUBSCRIBE")):
+                break
+        while True:
+            writer.write(await sent.get())
+
+    kernel_ip = str(tmp_path / "kernel")
+    server = await asyncio.start_unix_server(hostile_kernel, f"{kernel_ip}-1")
+    relay = Relay(kernel_ip, [1], LIMIT)
+    host = zmq.asyncio.Context.instance().socket(zmq.SUB)
+    host.setsockopt(zmq.SUBSCRIBE, b"")
+    host.connect(f"ipc://{await relay.start()}-1")
+    signed = [_frame(part, more=True) for part in (b"id", b"<IDS|MSG>", b"sig")]
+    json_parts = [_frame(b"{}", more=True)] * 3
+    try:
+        variants = [
+            [*signed, ping, *json_parts, _frame(objects)],  # parsed over the limit
+            [*signed, *json_parts[:1], ping, *json_parts[1:], _frame(objects)],
+            [*signed, ping_more, *json_parts, _frame(objects)],  # the command flagged as having more
+            [*[_frame(b"x" * 40_000, more=True), ping] * 3, _frame(b"end")],  # 120 KB as bytes
+        ]
+        for i, frames in enumerate(variants):
+            await sent.put(b"".join(frames) + _frame(str(i).encode()))
+            assert await asyncio.wait_for(host.recv_multipart(), 5) == [str(i).encode()], i
+        assert relay.drops == len(variants)
+        within = [_frame(b"a" * 1000, more=True), ping, _frame(b"b" * 1000)]  # passes whole
+        await sent.put(b"".join(within))
+        assert await asyncio.wait_for(host.recv_multipart(), 5) == [b"a" * 1000, b"b" * 1000]
+    finally:
+        await relay.close()
+        host.close(0)
+        server.close()
 
 
 async def test_requests_and_replies_pass_both_ways(tmp_path: Path) -> None:

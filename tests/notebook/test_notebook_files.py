@@ -86,3 +86,18 @@ def test_outside_a_trusted_directory_the_parent_is_made(tmp_path: Path) -> None:
     path = tmp_path / "new" / "dir" / "k.ipynb"
     _record().save(path)
     assert SessionRecord.load(path).cells[0].outputs[0]["text"] == "hi\n"
+
+
+def test_half_characters_do_not_stop_the_notebook_being_saved(tmp_path: Path) -> None:
+    """A lone surrogate (half a character: no UTF-8) in a cell's output or tool call once
+    made every later save of the session's notebook fail; written as its JSON escape, it reads back."""
+    record = SessionRecord("halves")
+    cell = record.begin_cell("print('halves')")
+    cell.add_output("stream", {"name": "stdout", "text": "a\ud800b\n"})
+    cell.add_tool_call("s\udfff", "t", {"k\udbff": ["v\udc80"]}, "accepted", "user", result={"text": "ok"})
+    cell.finish(0.01)
+    record.save(tmp_path / "k.ipynb")
+    [loaded] = SessionRecord.load(tmp_path / "k.ipynb").cells
+    assert loaded.outputs[0]["text"] == "a\ud800b\n"
+    [call] = loaded.tool_calls
+    assert (call.server, call.arguments) == ("s\udfff", {"k\udbff": ["v\udc80"]})

@@ -122,11 +122,12 @@ def test_arguments_cut_short_in_the_record_match_only_what_it_kept() -> None:
     a live call for it only if the kept items and the counts are the same (a changed item among
     the kept, or one item more or less, is another call; what the record left out it cannot
     compare, as with the end of a long string)."""
+    from ipybox.notebook import _format
     from ipybox.notebook.replay import _matches
     from ipybox.tool_exec.audit import MAX_ITEMS, redact_value
 
     live = {"items": list(range(3 * MAX_ITEMS)), "table": {f"k{i}": i for i in range(50)}, "n": 1}
-    kept = json.loads(json.dumps(redact_value(live, ())))  # as the notebook holds it
+    kept = json.loads(_format.dumps(redact_value(live, ())))  # as the notebook holds it
     assert len(kept["items"]) < len(live["items"]) and kept["table"] == {"…": "50 more entries not kept"}
     assert _matches(kept, live)
     others = [
@@ -135,6 +136,24 @@ def test_arguments_cut_short_in_the_record_match_only_what_it_kept() -> None:
         {**live, "items": live["items"][:-1]},
         {**live, "table": {**live["table"], "k50": 50}},
         {**live, "n": 2},
+    ]
+    for other in others:
+        assert not _matches(kept, other)
+
+    # a dict cut short whose keys are not in sorted order (the notebook sorts them), long keys
+    # (cut as strings are) and a key with a secret in it (redacted): the same call matches
+    table = {f"k{i}": i for i in range(MAX_ITEMS + 5)}
+    live = {"long": {"x" * 5000: 1, "y" * 5000: 2}, "keyed": {"id TOKEN-123": 1, "b": 2}, "table": table}
+    kept = json.loads(_format.dumps(redact_value(live, ["TOKEN-123"])))
+    assert sorted(map(len, kept["long"])) == [2001, 2001] and "***" in str(kept["keyed"])
+    assert kept["table"]["…"] == f"{len(table) - len(kept['table']) + 1} more entries not kept"
+    assert _matches(kept, live)
+    others = [
+        {**live, "table": {**table, "k5": -1}},
+        {**live, "table": {"k-1": 0, **table}},
+        {**live, "long": {"x" * 5000: 1, "z" * 5000: 2}},
+        {**live, "keyed": {"other": 1, "b": 2}},
+        {**live, "keyed": {"id TOKEN-123": 1, "c": 2}},
     ]
     for other in others:
         assert not _matches(kept, other)

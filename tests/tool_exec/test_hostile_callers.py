@@ -19,6 +19,7 @@ import pytest
 from internals import tool_server_buffered
 
 from ipybox import ApprovalRequest, CodeExecutor, ResourceLimits
+from ipybox.notebook.record import SessionRecord
 from ipybox.tool_exec.audit import MAX_ITEMS
 
 from .conftest import Workspace
@@ -144,11 +145,36 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
             assert MAX_ITEMS - 20 < len(kept["items"]) <= MAX_ITEMS + 1
             assert kept["items"][-1] == f"… {30_001 - len(kept['items'])} more items not kept"
             assert kept["table"] == {"…": "5000 more entries not kept"}  # the list took the budget
+        # a key is cut as a string is: a record stays bounded whatever the keys' length
+        await run(executor, "exchange(request('class', items=[1], table={'K' * 500_000: 1}))")
+        [noted] = executor.notebook().cells[-1].metadata["ipybox"]["tool_calls"]
+        for kept in (audit(log)[-1]["args"], noted["arguments"]):
+            assert [len(key) for key in kept["table"]] == [2001], str(kept)[:200]
         # small items cost the host far more parsed than as text: counted so before they are parsed
         # (800 KB of `{}, ` would take 14 MiB; counted 54), and refused with what they would take
         answer = await run(executor, "exchange(request('class', items=[{}] * 200_000))")
         assert re.search(r"\(parsed, its \d+ bytes would take about 54.2 MiB", answer[0]["error"]), answer
         assert tool_server_buffered(executor) == 0
+
+        # numbers json.loads will not read (over 4300 digits: a ValueError, not a JSONDecodeError)
+        # once ended the connection without a word: refused as malformed, the budget given back
+        for number in ("1" * 5000, "-" + "9" * 4400, "[0, " + "1" * 4301 + "]"):
+            line = '{"op": "run", "tool_name": "echo", "tool_args": {"n": ' + number + "}}"
+            answer = await run(executor, f"exchange({line!r}.encode() + b'\\n')")
+            assert answer == [{"ok": False, "error": "malformed request"}], (number[:10], answer)
+        assert tool_server_buffered(executor) == 0
+
+        # lone surrogates (JSON escapes of half a character: no UTF-8) in a call's names, keys and
+        # values are read as U+FFFD: the notebook (and an MCP reply or approval) can carry them
+        line = (
+            '{"op": "run", "server_name": "s\\udc00", "server_params": {}, "tool_name": "t\\ud800", '
+            '"tool_args": {"k\\udfff": ["v\\udbff"]}}\n'
+        )
+        answer = await run(executor, f"exchange({line!r}.encode())")
+        assert answer and "is not registered" in answer[0]["error"], answer
+        executor.save_notebook(tmp_path / "session.ipynb")
+        [saved] = SessionRecord.load(tmp_path / "session.ipynb").entries[-1].tool_calls
+        assert (saved.server, saved.tool, saved.arguments) == ("s\ufffd", "t\ufffd", {"k\ufffd": ["v\ufffd"]})
 
         # pipelined: two requests in one send, answered in order
         both = await run(executor, "exchange(request('echo', message='a') + request('echo', message='b'), 2)")
