@@ -80,14 +80,19 @@ async def _through_relay(tmp_path: Path, bound: int, connecting: int) -> tuple[z
     return kernel, host, relay  # type: ignore[return-value]
 
 
+async def _subscribed(kernel: zmq.asyncio.Socket, host: zmq.asyncio.Socket) -> None:
+    """Wait until the host's subscription went through the relay to the kernel's PUB socket."""
+    for _ in range(100):
+        await kernel.send(b"hello")
+        if await host.poll(20):
+            break
+    assert await host.recv() == b"hello"
+
+
 async def test_a_message_over_the_limit_is_dropped_and_the_connection_kept(tmp_path: Path) -> None:
     kernel, host, relay = await _through_relay(tmp_path, zmq.PUB, zmq.SUB)
     try:
-        for _ in range(100):  # until the subscription went through the relay
-            await kernel.send(b"hello")
-            if await host.poll(20):
-                break
-        assert await host.recv() == b"hello"
+        await _subscribed(kernel, host)
         for parts in ([b"x" * LIMIT], [b"y" * 1024] * 200, [b"z" * (LIMIT // 2)] * 3):  # one part, many, few
             await kernel.send_multipart(parts)
             await kernel.send_multipart([b"after", str(len(parts)).encode()])
@@ -129,11 +134,7 @@ async def test_jupyter_messages_are_counted_by_their_json_parts_own_characters(t
     kernel, host, relay = await _through_relay(tmp_path, zmq.PUB, zmq.SUB)
     session = Session(key=b"key")
     try:
-        for _ in range(100):  # until the subscription went through the relay
-            await kernel.send(b"hello")
-            if await host.poll(20):
-                break
-        assert await host.recv() == b"hello"
+        await _subscribed(kernel, host)
         ordinary = [  # ASCII prints within the limit, whatever the frames' sizes
             _stream(session, "a" * (LIMIT // 3), 0xF5),  # a parent header of 0xf5 bytes: 4 times
             _stream(session, "b" * (LIMIT // 2 + 1000), 0xDC),  # 2 times
