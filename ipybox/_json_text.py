@@ -29,6 +29,8 @@ _PARSER = 64 << 10
 #: A guess from every byte of the text, strings too, of at most this much is good enough: what it
 #: holds of the budget does not matter, and the text is not read any closer.
 _CLOSE_READ = 1 << 20
+#: The most bytes CPython keeps a character in (a `str` of any character past U+FFFF).
+_WIDEST = 4
 
 _STRING = re.compile(rb'"[^"]*"')
 #: UTF-8 bytes below the lead byte of a character past U+00FF (0xC4), and of one past U+FFFF.
@@ -67,24 +69,31 @@ def measure(
     within: int | None = None,
 ) -> JsonText:
     """The counts of `text[start:end]` (UTF-8, which keeps every byte of a multi-byte character out
-    of ASCII; a part is copied); read closely only where a guess from all its bytes (strings too)
-    comes to more than `enough` or might nest deeper than `limit`. A text whose value takes more
-    than `within` is read no closer than it takes to tell (its depth then not read): reading a
-    text of millions of strings or brackets closely takes seconds, and it is refused anyway.
+    of ASCII; a part is first counted in place as if every character were of the widest, and
+    copied only where that is more than `enough`); read closely only where a guess from all its
+    bytes (strings too) comes to more than `enough` or might nest deeper than `limit`. A text whose
+    value takes more than `within` is read no closer than it takes to tell (its depth then not
+    read): reading a text of millions of strings or brackets closely takes seconds, and it is
+    refused anyway.
 
     Exact for valid JSON, but for the widths of strings (each counted as wide as the widest
     character of the text). Invalid text may be counted wrong only from a string that never ends,
     and `json.loads` stops there.
     """
     end = len(text) if end is None else end
-    if (start, end) != (0, len(text)):
-        text, start, end = text[start:end], 0, end - start
     size = end - start
-    raw, chars = char_bytes(text)
     counts = {c: text.count(c, start, end) for c in (b",", b":", b"[", b"{", b'"')}
-    guess = chars * size + _objects(counts[b'"'] // 2, counts)  # strings' bytes counted too: too many
-    unescaping = chars * size if text.find(b"\\", start, end) >= 0 else 0
-    if counts[b"["] + counts[b"{"] <= limit and guess <= enough:  # the usual request
+    objects = _objects(counts[b'"'] // 2, counts)  # strings' bytes counted too: too many
+    escaped = text.find(b"\\", start, end) >= 0
+    shallow = counts[b"["] + counts[b"{"] <= limit
+    if (start, end) != (0, len(text)):  # a part: at the widest characters in place, else copied
+        if shallow and _WIDEST * size * (1 + escaped) + objects <= enough:
+            return JsonText(size, _WIDEST * size + objects, False, _WIDEST * size, _WIDEST * size * escaped)
+        text, start, end = text[start:end], 0, size
+    raw, chars = char_bytes(text)
+    guess = chars * size + objects
+    unescaping = chars * size if escaped else 0
+    if shallow and guess <= enough:  # the usual request
         return JsonText(size, guess, False, raw * size, unescaping)
     closely = _read_closely(text, limit, chars, within)
     return JsonText(size, closely.parsed_bytes, closely.too_deep, raw * size, unescaping)

@@ -159,3 +159,17 @@ def test_half_characters_are_read_as_replacement_characters() -> None:
     }
     assert json.dumps(value, ensure_ascii=False).encode()  # UTF-8 again
     assert whole_characters("\ud800", b'"\\ud800"') == "\ufffd"
+
+
+@pytest.mark.parametrize("shape", ["floats", "escaped strings", "raw CJK text", "one long string"])
+def test_a_part_counted_in_place_is_never_less_than_its_copy(shape: str) -> None:
+    """A part of a larger buffer (a message's content among its frames) is counted where it lies,
+    as if its every character were of the widest, unless that guess is too large to be good
+    enough: either way never less than the part copied out and counted alone."""
+    line = SHAPES[shape].encode()
+    frame = b"\xf5\xff\xc4" + line + b"\xf0\x9f"  # bytes around it that are no character of it
+    alone = measure(line)
+    for enough in (1 << 30, 1 << 10):  # counted in place, then copied
+        part = measure(frame, start=3, end=3 + len(line), enough=enough)
+        assert part.parse_bytes >= alone.parse_bytes and part.parsed_bytes >= alone.parsed_bytes
+    assert measure(frame, start=3, end=3 + len(line), enough=1 << 10) == alone

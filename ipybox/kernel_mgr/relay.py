@@ -148,8 +148,11 @@ def _parsed_bytes(message: bytearray, limit: int) -> int:
     delimiter = next((i for i, found in enumerate(is_delimiter) if found), len(spans))
     json_parts = spans[delimiter + 2 : delimiter + 6]
     others = len(message) - sum(b - a for a, b in json_parts)
-    # each part by its own widths: a frame's size (a byte of 0xc4 or more) is not a wide character
-    parts = (_json_text.measure(message, start=a, end=b, enough=limit, within=limit) for a, b in json_parts)
+    # each part by its own widths (a frame's size, a byte of 0xc4 or more, is not a wide character);
+    # one within an eighth of the limit at its widest is not copied to find them: the four parts'
+    # guesses can then make no more than half the limit together
+    enough = limit // 8
+    parts = (_json_text.measure(message, start=a, end=b, enough=enough, within=limit) for a, b in json_parts)
     return others + sum(part.parsed_bytes for part in parts)
 
 
