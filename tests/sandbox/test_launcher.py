@@ -7,6 +7,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import platform
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -99,7 +100,10 @@ def test_policy_runs_srt_through_the_launcher(srt_available: None, tmp_path: Pat
     assert "devices" not in policy  # ipybox's setting, not srt's: in the launcher instead
     bwrap = subprocess.run(["sh", "-c", "command -v bwrap"], capture_output=True, text=True).stdout.strip()
     script = launcher.read_text()
-    assert f"exec {bwrap} " in script and "--unshare-ipc --dev-bind /dev/null /dev/null" in script
+    assert (
+        f"exec {bwrap} " in script and f"{' '.join(ISOLATION_FLAGS)} --dev-bind /dev/null /dev/null" in script
+    )
+    assert script.rstrip().endswith(f"8<{launcher}.seccomp") == ("--seccomp" in ISOLATION_FLAGS)
 
 
 # --- System V IPC: a host process's objects, attacked from a sandboxed kernel ---------------------
@@ -177,3 +181,66 @@ print(_json.dumps({{
     assert ctypes.string_at(address, len(SECRET)) == SECRET
     _libc.shmdt(ctypes.c_void_p(address))
     assert _libc.semctl(sem, 0, 12) == 0  # GETVAL: still 0, not the 5 the kernel tried to set
+
+
+# --- Kernel keyrings: the host's session keyring, attacked from a sandboxed kernel ---------------
+
+#: add_key, request_key and keyctl, by machine.
+_KEY_CALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
+_KEY_SECRET = b"ipybox-keyring-secret-81d"
+
+
+@pytest.fixture
+def host_key() -> Iterator[tuple[int, int]]:
+    """A key holding `_KEY_SECRET` in a session keyring of this process's own, as a login gets
+    from `pam_keyinit` (Kerberos keeps tickets there): the ids of the keyring and the key."""
+    calls = _KEY_CALLS.get(platform.machine())
+    if calls is None:
+        pytest.skip(f"no keyring system call numbers for {platform.machine()}")
+    add_key, _, keyctl = calls
+    session = _libc.syscall(keyctl, 1, None)  # KEYCTL_JOIN_SESSION_KEYRING: a new anonymous one
+    key = _libc.syscall(add_key, b"user", b"ipybox-test", _KEY_SECRET, len(_KEY_SECRET), ctypes.c_int(-3))
+    assert min(session, key) > 0, os.strerror(ctypes.get_errno())
+    try:
+        yield session, key
+    finally:
+        _libc.syscall(keyctl, 3, key)  # KEYCTL_REVOKE
+
+
+def _read_key(key: int) -> bytes:
+    buffer = ctypes.create_string_buffer(64)
+    size = _libc.syscall(_KEY_CALLS[platform.machine()][2], 11, key, buffer, 64)  # KEYCTL_READ
+    return buffer.raw[: max(size, 0)]
+
+
+async def test_host_keyrings_are_out_of_reach(host_key: tuple[int, int], workspace: Path) -> None:
+    """The kernel inherits the host's session keyring, but can neither read its keys (found by
+    name or by id), nor change them, nor plant keys the host then finds, nor link the keyring
+    into one of its own, nor ask the host's kernel for a key (an upcall runs on the host)."""
+    session, key = host_key
+    add_key, request_key, keyctl = _KEY_CALLS[platform.machine()]
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        found = await probe(
+            executor,
+            KERNEL_LIBC
+            + f"""
+buf = ctypes.create_string_buffer(64)
+S = ctypes.c_int(-3)  # KEY_SPEC_SESSION_KEYRING
+print(_json.dumps({{
+    "session_id": errno_of(libc.syscall({keyctl}, 0, S, 0)),
+    "search": errno_of(libc.syscall({keyctl}, 10, S, b"user", b"ipybox-test", 0)),
+    "read_by_id": errno_of(libc.syscall({keyctl}, 11, {key}, buf, 64)),
+    "update_by_id": errno_of(libc.syscall({keyctl}, 2, {key}, b"forged", 6)),
+    "plant": errno_of(libc.syscall({add_key}, b"user", b"planted", b"x", 1, S)),
+    "link_keyring": errno_of(libc.syscall({keyctl}, 8, {session}, ctypes.c_int(-2), 0)),
+    "upcall": errno_of(libc.syscall({request_key}, b"user", b"ipybox-upcall", b"x", 0)),
+    "listed": attempt(lambda: open("/proc/keys").read()),
+}}))
+""",
+        )
+    listed = found.pop("listed")
+    assert found == dict.fromkeys(found, "EPERM")
+    assert "ipybox-test" not in listed
+    assert _read_key(key) == _KEY_SECRET  # unchanged
+    planted = _libc.syscall(_KEY_CALLS[platform.machine()][2], 10, ctypes.c_int(-3), b"user", b"planted", 0)
+    assert planted == -1
