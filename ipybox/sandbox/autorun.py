@@ -24,17 +24,64 @@ from ipybox.sandbox import reads
 logger = logging.getLogger(__name__)
 
 #: Names protected whole wherever they exist in a writable directory: git's repository (or a
+#: Project settings of other coding agents and editors that start programs they name when they
+#: start in (or open) the folder: MCP servers, hooks, plugins, language servers, lint commands.
+#: Gemini CLI (`.gemini/settings.json`), Codex (`.codex/config.toml`), Cursor (`.cursor/mcp.json`,
+#: `hooks.json`), Zed (`.zed/settings.json`), opencode (`.opencode/` plugins, `opencode.json`),
+#: Continue (`.continue/`), Roo Code (`.roo/mcp.json`), Kiro (`.kiro/settings/mcp.json`, hooks),
+#: Amazon Q (`.amazonq/mcp.json`), Helix (`.helix/languages.toml`), aider (`.aider.conf.yml`:
+#: `lint-cmd` runs after each edit). Each maps to the kind of stand-in that keeps a missing one
+#: absent for its program (see `CREATION_BLOCKED`): an empty directory, or a file that sets nothing.
+AGENT_SETTINGS = {
+    **dict.fromkeys((".gemini", ".codex", ".cursor", ".zed", ".opencode", ".continue"), "dir"),
+    **dict.fromkeys((".roo", ".kiro", ".amazonq", ".helix"), "dir"),
+    **dict.fromkeys(("opencode.json", "opencode.jsonc"), "json"),
+    ".aider.conf.yml": "json",  # `{}`: an empty mapping in YAML too
+}
+
+#: What the git hooks of hook managers run from the work tree on every commit: pre-commit's
+#: configuration, husky's hook scripts (`.husky/pre-commit`, run by the stubs in `.husky/_` that
+#: `core.hooksPath` names), lefthook's configuration (with its `-local` one merged in).
+HOOK_MANAGERS = (
+    ".pre-commit-config.yaml",
+    ".husky",
+    *(
+        f"{dot}lefthook{local}.{ext}"
+        for dot in ("", ".")
+        for local in ("", "-local")
+        for ext in ("yml", "yaml", "json", "jsonc", "toml")
+    ),
+)
+
 #: `.git` file redirecting to one); editors' task and settings files; Claude Code's settings
 #: (hooks) and project MCP servers; direnv's `.envrc` (an approved one may source other
-#: files); the pre-commit configuration (its hooks run on every commit).
-AUTORUN_NAMES = (".git", ".vscode", ".idea", ".claude", ".mcp.json", ".envrc", ".pre-commit-config.yaml")
+#: files); hook managers' files (`HOOK_MANAGERS`); other agents' and editors' settings
+#: (`AGENT_SETTINGS`).
+AUTORUN_NAMES = (
+    ".git",
+    ".vscode",
+    ".idea",
+    ".claude",
+    ".mcp.json",
+    ".envrc",
+    *HOOK_MANAGERS,
+    *AGENT_SETTINGS,
+)
 
 #: Names whose creation at the top of a writable directory is blocked while a sandbox runs, by
 #: a stand-in that host programs pass over: an empty directory (git ignores empty directories,
 #: an empty `.git` directory is no repository, a `HEAD` directory names no ref, editors find no
 #: settings in an empty folder), except `.mcp.json`, a file naming no servers (Claude Code
-#: reports a directory as a broken configuration), which git is told to ignore meanwhile.
-CREATION_BLOCKED = (".git", "HEAD", ".vscode", ".idea", ".claude", ".mcp.json")
+#: reports a directory as a broken configuration), which git is told to ignore meanwhile,
+#: `AGENT_SETTINGS` as their kinds say, and the hook managers' that a hook installed for every
+#: repository (pre-commit's `init-templatedir`) would find. Each name: the kind of its stand-in.
+CREATION_BLOCKED = {
+    **dict.fromkeys((".git", "HEAD", ".vscode", ".idea", ".claude"), "dir"),
+    ".mcp.json": "mcp",
+    **AGENT_SETTINGS,
+    ".husky": "dir",  # husky's stubs skip a hook whose script is missing
+    ".pre-commit-config.yaml": "precommit",  # an installed hook runs no hook of an empty list
+}
 
 #: Names whose creation is blocked in every existing directory below the top (same stand-ins):
 #: together they keep any such directory from becoming a git work tree (`.git`) or a git

@@ -509,8 +509,7 @@ def _protect_writable(
             standins |= {home / name: kind for name, kind in autorun.HOME_NAMES.items()}
         if home != root and home.is_relative_to(root):
             continue  # "/" or /home: not a project, no placeholders in it
-        standins |= {root / name: "dir" for name in autorun.CREATION_BLOCKED}
-        standins[root / ".mcp.json"] = "mcp"  # Claude Code reports a directory as a broken config
+        standins |= {root / name: kind for name, kind in autorun.CREATION_BLOCKED.items()}
         for folder in scan.directories[1:]:
             if reads.within(folder, [*user_denied, *kept]) or _read_denied(folder, fs.get("denyRead", [])):
                 continue  # read-only anyway; or hidden, which a pin (a writable bind) would undo

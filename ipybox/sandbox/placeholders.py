@@ -37,9 +37,10 @@ class Placeholders:
 
     def ensure(self, path: Path, kind: str) -> None:
         """Make sure `path` exists while this executor runs: create it if missing (an empty
-        "dir" or "file", or an "mcp" file naming no MCP servers) and keep it from being
-        removed by other executors meanwhile. A file stand-in in a git work tree is added to
-        the repository's `info/exclude` meanwhile, so `git status` does not list it."""
+        "dir" or "file", a "json" file holding `{}`, or an "mcp" file naming no MCP servers)
+        and keep it from being removed by other executors meanwhile. A file stand-in in a git
+        work tree is added to the repository's `info/exclude` meanwhile, so `git status` does
+        not list it."""
         path = path.absolute()
         if path in self._held:
             return
@@ -130,8 +131,9 @@ def _remove_if_last(path: Path | None, fd: int, lock: Path) -> None:
 
 
 #: What a file stand-in holds, by kind: `.mcp.json` names no servers (an empty one is reported
-#: by Claude Code as invalid JSON).
-_CONTENT = {"file": b"", "mcp": b'{"mcpServers": {}}\n'}
+#: by Claude Code as invalid JSON), `.pre-commit-config.yaml` no hooks (pre-commit refuses an
+#: empty one, and with it the commit).
+_CONTENT = {"file": b"", "json": b"{}\n", "mcp": b'{"mcpServers": {}}\n', "precommit": b"repos: []\n"}
 
 
 def _remove_unchanged(path: Path, kind: str) -> None:

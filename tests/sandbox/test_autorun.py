@@ -12,7 +12,7 @@ import pytest
 from servers.launch import NODE_BIN
 
 from ipybox import CodeExecutor
-from ipybox.sandbox.autorun import CREATION_BLOCKED
+from ipybox.sandbox.autorun import AGENT_SETTINGS, CREATION_BLOCKED, HOOK_MANAGERS
 
 from .conftest import probe, sandbox_config, write_config
 
@@ -117,7 +117,7 @@ async def test_existing_auto_run_paths_cannot_be_changed(workspace: Path) -> Non
     assert all(k.startswith(("alias-", "staging", "loose")) for k in changed), changed
 
 
-@pytest.mark.parametrize("name", sorted(CREATION_BLOCKED))
+@pytest.mark.parametrize("name", sorted(set(CREATION_BLOCKED) - set(AGENT_SETTINGS) - set(HOOK_MANAGERS)))
 async def test_missing_auto_run_paths_cannot_be_created_and_leave_no_trace(
     name: str, workspace: Path
 ) -> None:
@@ -141,6 +141,44 @@ async def test_missing_auto_run_paths_cannot_be_created_and_leave_no_trace(
     added = set(after) - set(before)
     assert "written.txt" in added
     assert all(k.startswith(("written.txt", "alias-", "staging", "loose")) for k in added), added
+
+
+async def test_other_agents_editors_and_hook_managers_files_can_be_neither_created_nor_changed(
+    workspace: Path,
+) -> None:
+    """Gemini CLI, Codex, Cursor, Zed, opencode and the other agents and editors of
+    `AGENT_SETTINGS` start the MCP servers, hooks, plugins and language servers their project
+    settings name; the hooks of pre-commit, husky and lefthook run what their files say on every
+    commit. An existing one, at any depth, cannot be changed; at the top, the settings and
+    pre-commit's and husky's cannot be created (nor a file in a stand-in); the project holds no
+    trace of the stand-ins afterwards."""
+    kinds = AGENT_SETTINGS | {name: "dir" if name == ".husky" else "file" for name in HOOK_MANAGERS}
+    nested = {
+        f"pkg/{name}" + ("/pre-commit" if kind == "dir" else ""): "{}\n" for name, kind in kinds.items()
+    }
+    for name, content in nested.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(content)
+    before = _tree(workspace)
+    blocked = [name for name in CREATION_BLOCKED if name in kinds]
+    top = [*blocked, *(f"{name}/pre-commit" for name in blocked if kinds[name] == "dir")]
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(
+            executor,
+            TAMPER
+            + f"out = {{t: tamper(t) for t in {[*top, *nested]!r}}}\n"
+            + "out['listed'] = sorted(os.listdir('.'))\n"
+            + "out['pre-commit'] = open('.pre-commit-config.yaml').read()\n"
+            + "print(_json.dumps(out))",
+        )
+    assert set(blocked) <= set(result.pop("listed"))  # the stand-ins, while the kernel runs
+    assert result.pop("pre-commit") == "repos: []\n"  # a hook installed for every repository runs none
+    for target, outcomes in result.items():
+        assert not [o for o in outcomes if o.startswith("ok")], (target, outcomes)
+    after = _tree(workspace)
+    assert not set(blocked) & set(after)
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    assert all(k.startswith(("alias-", "staging", "loose")) for k in changed), changed
 
 
 async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
