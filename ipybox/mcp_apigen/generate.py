@@ -226,17 +226,23 @@ def _init_source(server_name: str, server_params: dict[str, Any], signatures: di
     )
 
 
+#: A module larger than this is no generated one: its output parser is not looked for.
+_MODULE_BYTES = 4 << 20
+
+
 def _parser_sections(package: int) -> dict[str, str]:
     """Output parsers added to existing modules (below `PARSER_MARKER`), by module name.
 
-    `package` is a directory descriptor; modules that are links or not regular files are ignored.
+    `package` is a directory descriptor; modules that are links, not regular files or larger
+    than `_MODULE_BYTES` are ignored.
     """
     sections: dict[str, str] = {}
     for entry in os.scandir(package):
         if not entry.name.endswith(".py") or not entry.is_file(follow_symlinks=False):
             continue
         with contextlib.suppress(OSError), _safe_fs.open_regular(package, entry.name, Path(entry.name)) as f:
-            text = f.read().decode("utf-8", errors="replace")
+            data = f.read(_MODULE_BYTES + 1)  # the kernel's file, maybe a sparse terabyte
+            text = "" if len(data) > _MODULE_BYTES else data.decode("utf-8", errors="replace")
             if PARSER_MARKER in text:
                 sections[entry.name[:-3]] = text[text.index(PARSER_MARKER) :]
     return sections

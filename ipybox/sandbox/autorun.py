@@ -18,12 +18,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ipybox import _safe_fs
 from ipybox._programs import which
 from ipybox.sandbox import reads
 
 logger = logging.getLogger(__name__)
 
-#: Names protected whole wherever they exist in a writable directory: git's repository (or a
 #: Project settings of other coding agents and editors that start programs they name when they
 #: start in (or open) the folder: MCP servers, hooks, plugins, language servers, lint commands.
 #: Gemini CLI (`.gemini/settings.json`), Codex (`.codex/config.toml`), Cursor (`.cursor/mcp.json`,
@@ -53,6 +53,7 @@ HOOK_MANAGERS = (
     ),
 )
 
+#: Names protected whole wherever they exist in a writable directory: git's repository (or a
 #: `.git` file redirecting to one); editors' task and settings files; Claude Code's settings
 #: (hooks) and project MCP servers; direnv's `.envrc` (an approved one may source other
 #: files); hook managers' files (`HOOK_MANAGERS`); other agents' and editors' settings
@@ -235,19 +236,15 @@ def _git_dirs(dot_git: Path) -> list[Path]:
     found: list[Path] = []
     git_dir = dot_git
     if dot_git.is_file() and not dot_git.is_symlink():
-        try:
-            text = dot_git.read_text(errors="replace").strip()
-        except OSError:
+        text = _safe_fs.read_pointer(dot_git)  # the kernel's file, maybe a sparse terabyte
+        if text is None:
             return found
         if text.startswith("gitdir:"):
             git_dir = (dot_git.parent / text.removeprefix("gitdir:").strip()).resolve()
             found.append(git_dir)
-    common = git_dir / "commondir"
-    if common.is_file():
-        try:
-            found.append((git_dir / common.read_text().strip()).resolve())
-        except OSError:
-            pass
+    common = _safe_fs.read_pointer(git_dir / "commondir")
+    if common:
+        found.append((git_dir / common).resolve())
     return found
 
 

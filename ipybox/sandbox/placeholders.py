@@ -25,6 +25,8 @@ import os
 import stat
 from pathlib import Path
 
+from ipybox import _safe_fs
+
 logger = logging.getLogger(__name__)
 
 
@@ -156,17 +158,16 @@ def _work_tree(folder: Path) -> tuple[Path, Path] | None:
     for top in [folder, *folder.parents]:
         dot_git = top / ".git"
         if dot_git.is_file():
-            text = dot_git.read_text(errors="replace").strip()
-            if not text.startswith("gitdir:"):
+            text = _safe_fs.read_pointer(dot_git)
+            if text is None or not text.startswith("gitdir:"):
                 return None
             git_dir = (top / text.removeprefix("gitdir:").strip()).resolve()
         elif (dot_git / "HEAD").is_file():
             git_dir = dot_git
         else:
             continue
-        common = git_dir / "commondir"
-        if common.is_file():
-            git_dir = (git_dir / common.read_text().strip()).resolve()
+        if common := _safe_fs.read_pointer(git_dir / "commondir"):
+            git_dir = (git_dir / common).resolve()
         return top, git_dir
     return None
 
