@@ -106,3 +106,32 @@ def test_which_skips_relative_entries(planted: Path, variant: str) -> None:
         assert found is not None and Path(found).is_absolute(), (variant, name, found)
         assert not Path(found).resolve().is_relative_to(planted.resolve()), (variant, name, found)
     assert which("ipybox-probe-server", path) is None
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("launcher", ["ipybox-mcp", "ipybox-docker"])
+def test_plugin_launchers_run_no_planted_program(tmp_path: Path, launcher: str) -> None:
+    """Claude Code starts a plugin's launcher in the project, which the kernel writes: its lookups
+    of `uv` (ipybox-mcp) and `docker`/`podman` (ipybox-docker) never find a program planted there
+    through a relative PATH entry. Here no real uv (nor a built image) is there: the launcher
+    stops, saying what is missing."""
+    project, home = tmp_path / "project", tmp_path / "home"
+    home.mkdir()
+    for folder in (project, project / "bin"):
+        folder.mkdir()
+        for name in ("uv", "docker", "podman"):
+            (folder / name).write_text(f"#!/bin/sh\ntouch {project}/PWNED-{name}\n")
+            (folder / name).chmod(0o755)
+    for variant, entry in RELATIVE_ENTRIES.items():
+        env = {"PATH": f"{entry}:/usr/bin:/bin", "HOME": str(home)}
+        done = subprocess.run(
+            [str(REPO / "plugin-core" / "bin" / launcher)],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert not list(project.glob("PWNED-*")), f"{variant} PATH entry ran a planted program"
+        assert done.returncode == 1 and done.stderr.startswith("ipybox plugin: "), done.stderr
