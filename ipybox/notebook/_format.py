@@ -223,9 +223,23 @@ def node(nb: dict[str, Any]) -> nbformat.NotebookNode:
     return nbformat.from_dict(nb)
 
 
+#: Characters a terminal acts on or a reader cannot see, which JSON writes as they are: DEL and
+#: the C1 controls (a terminal reads U+009B as CSI, the start of an escape sequence), and the
+#: format characters (bidirectional overrides, zero-width ones, tags) and line and paragraph
+#: separators. The file holds them as JSON escapes, so `cat` or `git diff` of a notebook shows
+#: them as text; read back, it is the same notebook.
+_RAW = re.compile(
+    "[\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+
+
 def dumps(nb: dict[str, Any]) -> str:
-    """The notebook's JSON as nbformat writes it (validated already, so not again)."""
-    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    """The notebook's JSON as nbformat writes it (validated already, so not again), with the
+    characters of `_RAW` escaped."""
+    text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    return _RAW.sub(lambda m: display.quote(m.group())[1:-1], text)
 
 
 def parse(text: str, path: Path) -> nbformat.NotebookNode:

@@ -101,3 +101,23 @@ def test_half_characters_do_not_stop_the_notebook_being_saved(tmp_path: Path) ->
     assert loaded.outputs[0]["text"] == "a\ud800b\n"
     [call] = loaded.tool_calls
     assert (call.server, call.arguments) == ("s\udfff", {"k\udbff": ["v\udc80"]})
+
+
+def test_what_a_terminal_would_act_on_is_saved_as_escapes(tmp_path: Path) -> None:
+    """C1 controls (a terminal reads U+009B as CSI), bidirectional, zero-width and tag characters
+    and line separators that a kernel printed or put in a tool call are JSON escapes in the file,
+    so `cat` or `git diff` of the notebook shows them as text; loaded back, nothing changed."""
+    raw = "a\x9b2J\x1b]0;t\x07\u202eb\u200b\u2028c\U000e0041\x85d\x7f"
+    record = SessionRecord("raw")
+    cell = record.begin_cell(f"print({raw!r})")
+    cell.add_output("stream", {"name": "stdout", "text": raw})
+    cell.add_tool_call("s" + raw, "t", {"k" + raw: [raw]}, "accepted", "user", result={"text": raw})
+    cell.finish(0.01)
+    record.save(tmp_path / "k.ipynb")
+    text = (tmp_path / "k.ipynb").read_text()
+    assert "\\u009b2J" in text and "\\u202e" in text
+    assert not [c for c in "\x9b\x1b\x07\u202e\u200b\u2028\U000e0041\x85\x7f" if c in text]
+    [loaded] = SessionRecord.load(tmp_path / "k.ipynb").cells
+    assert loaded.outputs[0]["text"] == raw
+    [call] = loaded.tool_calls
+    assert (call.server, call.arguments) == ("s" + raw, {"k" + raw: [raw]})
