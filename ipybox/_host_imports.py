@@ -8,12 +8,21 @@ uses do lazily. `guard_workspace` installs a finder ahead of all others that loo
 name up on the rest of the import path first: installed and standard-library modules can no
 longer be shadowed from the workspace. Modules found only there (the app's own) still load from
 it; that `guard_workspace` warns once per workspace about them, naming the fix.
+
+Installed distributions' metadata is a second way in: `importlib.metadata` looks for
+`*.dist-info` and `*.egg-info` on every `sys.path` entry, and libraries load the entry points it
+finds there as plugins (OpenTelemetry its context and propagators when `mcp` is first imported,
+pydantic its plugins), importing the module an entry point names. A `.dist-info` the kernel
+writes into the workspace would make the host import a module of the kernel's. So while a
+workspace is guarded, the search for distributions skips the `sys.path` entries in it (unless
+the caller names the paths to search).
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import logging
 import os
 import sys
@@ -66,6 +75,18 @@ class _WorkspaceGuard(importlib.abc.MetaPathFinder):
 
 _guard = _WorkspaceGuard()
 _lock = threading.Lock()
+_Context = importlib.metadata.DistributionFinder.Context
+_all_paths = _Context.path
+
+
+def _distribution_paths(context: importlib.metadata.DistributionFinder.Context) -> list[str]:
+    """Where distributions are searched for: as `context` says; by default (`sys.path`) without
+    the entries in guarded workspaces, whose metadata a sandboxed kernel may have written."""
+    paths = _all_paths.fget(context)  # type: ignore[attr-defined]
+    roots = _guard.roots
+    if not roots or "path" in vars(context):  # the caller chose where to look
+        return paths  # type: ignore[no-any-return]
+    return [entry for entry in paths if not _inside(entry, roots)]
 
 
 def workspace_entries(workspace: Path) -> list[str]:
@@ -81,6 +102,7 @@ def guard_workspace(workspace: Path) -> None:
     with _lock:
         if _guard not in sys.meta_path:
             sys.meta_path.insert(0, _guard)
+            _Context.path = property(_distribution_paths)  # type: ignore[assignment,method-assign]
         if root in _guard.roots:
             return
         _guard.roots = (*_guard.roots, root)

@@ -5,8 +5,9 @@ None of the planted modules may run on the host; the app's own module there stil
 
 Each variant is a real app process with a real sandboxed kernel that plants a package
 (`mcp/`, which ipybox's `open_session` imports lazily), a module shadowing an installed
-distribution (`jwt.py`), one shadowing the standard library (`wave.py`) and a sourceless one
-(`graphlib.pyc`).
+distribution (`jwt.py`), one shadowing the standard library (`wave.py`), a sourceless one
+(`graphlib.pyc`), and distribution metadata (`*.dist-info`) whose entry points name a module of
+the kernel's as OpenTelemetry's context and propagators and as a pydantic plugin.
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ open("wave.py", "w").write("import os\n" + pwn("wave"))
 open("_graphlib_src.py", "w").write("import os\n" + pwn("graphlib"))
 py_compile.compile("_graphlib_src.py", cfile="graphlib.pyc")
 os.remove("_graphlib_src.py")
+# entry points: OpenTelemetry loads its context and propagators (when mcp is first imported),
+# pydantic its plugins, from whatever distribution metadata is on sys.path
+open("otelpwn.py", "w").write("import os\n" + pwn("entrypoint") + "class Ctx:\n    pass\n")
+points = "[opentelemetry_context]\ncontextvars_context = otelpwn:Ctx\n"
+points += "[opentelemetry_propagator]\ntracecontext = otelpwn:Ctx\nbaggage = otelpwn:Ctx\n"
+points += "[pydantic]\nevil = otelpwn\n"
+for dist, version in (("kernel_plugins", "1.0"), ("opentelemetry_api", "99.0")):  # new, and shadowing
+    info = f"{dist}-{version}.dist-info"
+    os.makedirs(info, exist_ok=True)
+    open(f"{info}/METADATA", "w").write(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    open(f"{info}/entry_points.txt", "w").write(points)
 print(sorted(os.listdir(".")))
 """
 
@@ -42,13 +54,23 @@ from ipybox.mcp_client.session import open_session
 async def main():
     async with CodeExecutor(sandbox=True) as executor:
         planted = await executor.execute(PLANT)
+        loaded_before = set(sys.modules)
         with contextlib.suppress(Exception):  # no such server: ipybox imports mcp, then fails
             async with open_session({"command": "ipybox-no-such-server"}):
                 pass
         files = {"mcp": sys.modules["mcp"].__file__}
         for name in ("jwt", "wave", "graphlib", "mylib"):
             files[name] = importlib.import_module(name).__file__
-        print(json.dumps({"planted": planted.text, "files": files}))
+        import opentelemetry.propagate, pydantic
+        from importlib import metadata
+        class Model(pydantic.BaseModel):  # pydantic loads its plugins for a new model, if not yet
+            x: int = 0
+        seen = {
+            "otel_loaded_first": "opentelemetry.context" in loaded_before,
+            "version": metadata.version("opentelemetry-api"),
+            "groups": sorted(e.value for e in metadata.entry_points(group="opentelemetry_context")),
+        }
+        print(json.dumps({"planted": planted.text, "files": files, "seen": seen}))
 
 asyncio.run(main())
 """
@@ -81,4 +103,8 @@ def test_kernel_written_modules_never_run_on_the_host(tmp_path: Path, how: str) 
     for name in ("mcp", "jwt", "wave", "graphlib"):
         assert not Path(files[name]).resolve().is_relative_to(workspace.resolve()), (name, files[name])
     assert Path(files["mylib"]).resolve() == (workspace / "mylib.py").resolve()
+    seen = result["seen"]
+    assert isinstance(seen, dict) and "dist-info" in str(result["planted"])
+    assert not seen["otel_loaded_first"]  # mcp brought OpenTelemetry in after the kernel wrote
+    assert seen["version"] != "99.0" and not any("otelpwn" in v for v in seen["groups"])
     assert "is on this process's import path" in stderr and "PYTHONSAFEPATH" in stderr
