@@ -317,7 +317,7 @@ def _disarm_config(dir_fd: int, name: str) -> bool:
         return False
     except OSError:
         fd = None  # a link, say: not read, disabled whole
-    text = None
+    text = None  # not read: disabled whole (a link, not a regular file, or too large to read)
     if fd is not None:
         try:
             if stat.S_ISREG(os.fstat(fd).st_mode):
@@ -399,11 +399,15 @@ def _unique(name: str) -> str:
     return f"{name}-{secrets.token_hex(8)}"
 
 
-def _read_all(fd: int, limit: int = 1 << 20) -> bytes:
+def _read_all(fd: int, limit: int = 1 << 20) -> bytes | None:
+    """The file's bytes, or None if it holds more than `limit`: far more than any config git
+    writes, and what follows the part read is what git would run too, so it is disabled whole."""
     chunks, size = [], 0
-    while size <= limit and (chunk := os.read(fd, 65536)):
-        chunks.append(chunk)
+    while chunk := os.read(fd, 65536):
         size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
     return b"".join(chunks)
 
 

@@ -76,6 +76,9 @@ printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = "%s
     > "$TMPDIR/pc/config"
 printf 'ref: refs/heads/main\n' > "$TMPDIR/pw/HEAD" && printf '../pc\n' > "$TMPDIR/pw/commondir"
 printf 'gitdir: %s/pw\n' "$TMPDIR" > new/pcw/.git
+git init -q new/long  # the setting after more than the sweep reads of a config in git's layout
+{ printf '[core]\n\trepositoryformatversion = 0\n#'; head -c 1200000 /dev/zero | tr '\0' a
+  printf '\n\tfsmonitor = "%s"\n' "$(fs long-config)"; } > new/long/.git/config
 (sleep "$delay"; init_with new/bg core.fsmonitor "$(fs background)") > /dev/null 2>&1 &
 
 # ordinary work: a clone, a repository of one's own, source files
@@ -104,6 +107,7 @@ CHECKS = {
     "data-dir": ("out/logs/run", "out/logs/run/.git"),  # in a folder named like git's data, beside a HEAD
     "link-private": ("new/lp", "$TMPDIR/lp/.git"),  # a link to a repository in the kernel's temp dir
     "private-common": ("new/pcw", "$TMPDIR/pc"),  # a common dir named from the kernel's temp dir
+    "long-config": ("new/long", "new/long/.git"),  # the payload past the first MiB of the config
 }
 
 
@@ -321,6 +325,28 @@ def test_a_config_passed_without_git_is_one_git_finds_safe(text: str) -> None:
     assert not repo_sweep._plainly_safe(data) or git_says_safe
     if text.startswith("[core]\n\trepositoryformatversion"):
         assert repo_sweep._plainly_safe(data)  # what git writes: no need to ask it
+
+
+@pytest.mark.parametrize(
+    "padding",
+    [
+        "#" + "a" * (2 << 20) + "\n",  # one comment line
+        "\tbare = false\n" * 200_000,  # safe settings
+        '[remote "o"]\n\turl = ' + "u" * (2 << 20) + "\n[core]\n",  # one long safe value
+    ],
+)
+def test_a_config_too_large_to_read_is_disabled_whole(tmp_path: Path, padding: str) -> None:
+    """What git would run may follow whatever part of the config the sweep reads: a file that
+    large is set aside unread, whatever its first MiB holds."""
+    config = tmp_path / "config"
+    config.write_text(f"[core]\n\trepositoryformatversion = 0\n{padding}\tfsmonitor = x\n")
+    assert any(k == "core.fsmonitor" for k, _ in repo_sweep._settings(config.read_bytes()) or [])
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert repo_sweep._disarm_config(fd, "config")
+    finally:
+        os.close(fd)
+    assert not config.exists() and (tmp_path / "config.ipybox-disabled").stat().st_size > 2 << 20
 
 
 def _armed(repo: Path, markers: Path, name: str) -> None:
