@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Callable
@@ -133,7 +134,9 @@ class LocalBackend:
 
     async def close(self) -> None:
         if self.runtime_dir is not None:
-            release_sandbox(self.runtime_dir)  # its kernels are gone: remove the placeholders
+            # its kernels are gone: the last sweep (which walks every directory the kernels could
+            # have made, millions maybe) and the placeholders' removal, off the event loop
+            await asyncio.to_thread(release_sandbox, self.runtime_dir)
         remove_runtime_dir(self.runtime_dir)
         self.runtime_dir = None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -172,12 +173,24 @@ def test_the_attacks_run_code_on_the_host_without_ipybox(tmp_path: Path) -> None
 
 
 @pytest.mark.usefixtures("srt_available")
-async def test_repositories_the_kernel_makes_run_nothing_on_the_host(tmp_path: Path) -> None:
+async def test_repositories_the_kernel_makes_run_nothing_on_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every attack succeeds inside the sandbox (nothing there stops a new repository), and is
     disarmed by the sweep while the kernel runs (the background one after its cell ended) and
-    still after the session; the agent's own clone and repository stay as they were."""
+    still after the session; the agent's own clone and repository stay as they were. The last
+    sweep, which walks every directory the kernel made (millions, if it made them), runs off
+    the event loop, which the other executors of the process (an MCP server's) share."""
     project, markers = _project(tmp_path / "project"), tmp_path / "markers"
     markers.mkdir()
+    finished_in: list[threading.Thread] = []
+    finish = repo_sweep.RepoSweep.finish
+
+    def recorded(self: repo_sweep.RepoSweep) -> list[Path]:
+        finished_in.append(threading.current_thread())
+        return finish(self)
+
+    monkeypatch.setattr(repo_sweep.RepoSweep, "finish", recorded)
     code = (
         "import os, subprocess\n"
         f"done = subprocess.run(['bash', '-e', '-c', {PLANT!r}, 'plant', '.', {str(markers)!r}, '2'],"
@@ -198,6 +211,7 @@ async def test_repositories_the_kernel_makes_run_nothing_on_the_host(tmp_path: P
         await until(disarmed, timeout=60)
         _host_git(project)
         assert _ran(markers) == set(), "git on the host ran a kernel's payload during the session"
+    assert finished_in and threading.main_thread() not in finished_in
     _host_git(project)
     assert _ran(markers) == set(), "git on the host ran a kernel's payload after the session"
     # ordinary work: untouched, and usable from the host
