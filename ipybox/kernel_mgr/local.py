@@ -126,7 +126,8 @@ class LocalBackend:
 
     async def download(self, kernel: KernelLike, remote: str, local: Path) -> None:
         workspace = self._workspace()
-        await transfer.copy_local(workspace / Path(remote).expanduser(), local, "source", workspace)
+        source = workspace / Path(remote).expanduser()
+        await transfer.copy_local(source, local, "source", workspace, disarm=self.sandbox)
 
     def _workspace(self) -> Path:
         assert self._settings is not None, "prepare() first"

@@ -18,6 +18,7 @@ from typing import Any
 
 from ipybox import _safe_fs
 from ipybox.kernel_mgr.backend import QuietCells
+from ipybox.sandbox import repo_sweep
 
 #: Bytes per cell; base64 makes them a third larger, well below gateways' websocket frame limits.
 CHUNK = 1 << 20
@@ -28,18 +29,23 @@ def _call(function: str, *args: Any) -> str:
     return f"{_HELPERS}.{function}({', '.join(repr(a) for a in args)})"
 
 
-async def copy_local(source: Path, target: Path, kernel_side: str, workspace: Path) -> None:
+async def copy_local(
+    source: Path, target: Path, kernel_side: str, workspace: Path, *, disarm: bool = False
+) -> None:
     """Copy a file or directory (merged into an existing one), creating the target's parents.
 
     `kernel_side` ("source" or "target") is the side in the kernel's `workspace`. Symbolic links
     there are never followed, and nothing is checked and then opened: kernel code (even
     sandboxed) could plant or swap in a link to make ipybox, which runs outside the sandbox,
-    read or overwrite a file the kernel may not touch (see `ipybox._safe_fs`).
+    read or overwrite a file the kernel may not touch (see `ipybox._safe_fs`). With `disarm` (a
+    sandboxed kernel's files), git repositories in a downloaded tree are disarmed as the sweep
+    of the workspace does (`ipybox.sandbox.repo_sweep`): the sweep never reaches the copy, and
+    the kernel may have made them in the moment before its next sweep.
     """
     side = source if kernel_side == "source" else target
     parts = _safe_fs.parts_below(side, workspace)
     if parts is not None and kernel_side == "source":
-        await asyncio.to_thread(_download_local, workspace, parts, target)
+        await asyncio.to_thread(_download_local, workspace, parts, target, disarm)
         return
     if not source.exists():
         raise FileNotFoundError(f"No such file or directory: {source}")
@@ -78,7 +84,15 @@ def _put_tree(source: Path, fd: int, path: Path) -> None:
                 _safe_fs.replace_file(fd, entry.name, f)
 
 
-def _download_local(workspace: Path, parts: tuple[str, ...], target: Path) -> None:
+def _download_local(workspace: Path, parts: tuple[str, ...], target: Path, disarm: bool) -> None:
+    sweep = repo_sweep.RepoSweep() if disarm else None  # what the copy writes from now on
+    _copy_out(workspace, parts, target)
+    if sweep is not None and target.is_dir() and not target.is_symlink():
+        sweep.add([target], [])
+        sweep.sweep()
+
+
+def _copy_out(workspace: Path, parts: tuple[str, ...], target: Path) -> None:
     path = workspace.joinpath(*parts)
     if not parts:
         with _safe_fs.opendir(workspace, ()) as fd:

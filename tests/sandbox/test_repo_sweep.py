@@ -514,3 +514,46 @@ def test_no_tree_of_the_kernels_stops_the_sweep(tmp_path: Path) -> None:
         assert len(list((ws / "a" / ".git").glob("config.ipybox-disabled-*"))) == 1  # the kernel's, kept
     finally:  # rm walks any depth; pytest's own clean-up (shutil.rmtree) recurses and would fail
         subprocess.run(["rm", "-rf", str(ws)], check=True)
+
+
+#: bash, with $1 the markers' folder: arms three repositories in out/ (a `.git`, out/ itself as a
+#: git directory, a `.git` file naming one) and keeps arming them again in the background, so
+#: that a download copies them armed whenever it comes, however soon the sweep disarmed them.
+ARM_OUT = r"""
+m=$1
+fs() { printf 'touch %s/%s; false' "$m" "$1"; }
+layout() {  # $1: a git directory by hand with fsmonitor $2, its work tree $3
+    mkdir -p "$1/objects" "$1/refs/heads" && printf 'ref: refs/heads/main\n' > "$1/HEAD"
+    printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = %s\n\tfsmonitor = "%s"\n' \
+        "$3" "$(fs "$2")" > "$1/config.new" && mv "$1/config.new" "$1/config"
+}
+arm() {
+    git init -q out/inner && git -C out/inner config core.fsmonitor "$(fs dl-inner)"
+    layout out dl-top .
+    layout out/store dl-gitfile ../wt && mkdir -p out/wt && printf 'gitdir: ../store\n' > out/wt/.git
+}
+arm
+(while :; do arm; sleep 0.02; done) > /dev/null 2>&1 &
+"""
+
+
+@pytest.mark.usefixtures("srt_available")
+async def test_a_download_carries_no_armed_repository_out(tmp_path: Path) -> None:
+    """The sweep only reaches the writable directories: repositories in a tree downloaded from a
+    sandboxed kernel are disarmed in the copy (here armed again all the time, so the copy is
+    taken armed), and git run there on the host runs nothing of the kernel's."""
+    project, markers, target = _project(tmp_path / "project"), tmp_path / "markers", tmp_path / "results"
+    markers.mkdir()
+    code = f"import subprocess\nsubprocess.run(['bash', '-e', '-c', {ARM_OUT!r}, 'arm', {str(markers)!r}])"
+    async with CodeExecutor(sandbox=True, working_dir=project, spare_kernel=False) as executor:
+        await run(executor, code)
+        await executor.download("out", target)
+    assert (
+        (target / "inner" / ".git").is_dir()
+        and (target / "HEAD").is_file()
+        and (target / "wt" / ".git").is_file()
+    )
+    _status(target / "inner", target, target / "wt")
+    assert _ran(markers) == set(), "git on the host ran a payload of a downloaded repository"
+    for git_dir in (target / "inner" / ".git", target, target / "store"):
+        assert (git_dir / "config.ipybox-disabled").is_file(), git_dir
