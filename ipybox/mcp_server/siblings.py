@@ -27,15 +27,27 @@ def _is_server(cmdline: list[str]) -> bool:
     return any(a == "-m" and b in _MODULES for a, b in zip(cmdline, cmdline[1:], strict=False))
 
 
+def _pid_namespace(pid: int | str) -> str | None:
+    """The PID namespace of process `pid` (None where it cannot be read, or off Linux)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
 def find(workspace: Path) -> list[str]:
-    """One line for each other ipybox server of this user that runs in `workspace`."""
-    me, found = os.getpid(), []
+    """One line for each other ipybox server of this user that runs in `workspace`. A process in
+    another PID namespace runs in a sandbox: a kernel's, whatever it calls itself (a sandboxed
+    kernel could start one named `ipybox` to have the user told to disable a plugin)."""
+    me, found, namespace = os.getpid(), [], _pid_namespace("self")
     for process in psutil.process_iter():
         try:
             if process.pid == me or process.uids().real != os.getuid():
                 continue
             cmdline = process.cmdline()
             if not _is_server(cmdline) or Path(process.cwd()) != workspace:
+                continue
+            if _pid_namespace(process.pid) not in (None, namespace):
                 continue
         except (psutil.Error, OSError):
             continue

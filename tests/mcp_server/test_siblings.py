@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from servers.launch import SANDBOX_PATH, require_sandbox
+
+from ipybox import CodeExecutor
 from ipybox.mcp_server.siblings import find
 
 from .conftest import open_ipybox, text_of
@@ -31,3 +35,28 @@ async def test_a_second_server_in_the_workspace_is_named_once(tmp_path: Path) ->
         assert len(find(workspace.resolve())) == 2
         assert len(find(elsewhere.resolve())) == 1
     assert find(workspace.resolve()) == []
+
+
+async def test_a_sandboxed_process_named_ipybox_is_no_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandboxed kernel's processes run in the workspace and may call themselves anything: one
+    named `ipybox` (and `python -m ipybox`, and a path ending in `ipybox`) would have the user told
+    to disable a plugin. They run in the sandbox's own PID namespace, so they never count."""
+    require_sandbox()
+    monkeypatch.setenv("PATH", SANDBOX_PATH)
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    code = (
+        "import subprocess, sys, time\n"
+        "ps = [subprocess.Popen(['bash', '-c', 'exec -a ipybox sleep 60']),\n"
+        "      subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '-m', 'ipybox']),\n"
+        "      subprocess.Popen(['bash', '-c', 'exec -a /x/ipybox sleep 60'])]\n"
+        "for p in ps:  # once each shows as ipybox\n"
+        "    while 'ipybox' not in open(f'/proc/{p.pid}/cmdline').read():\n"
+        "        time.sleep(0.01)\n"
+        "print('started')"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        assert (await executor.execute(code)).text == "started"
+        assert find(workspace.resolve()) == []
