@@ -69,8 +69,24 @@ class _WorkspaceGuard(importlib.abc.MetaPathFinder):
             else:
                 continue
             if spec is not None:
+                _keep_out(spec.submodule_search_locations)
                 return spec
         return None  # only in the workspace (the app's own module): the usual search finds it
+
+
+def _keep_out(locations: object) -> None:
+    """A namespace package's path (`locations`), which Python computes again from the whole of
+    `sys.path` whenever that changes, searched without the guarded workspaces' entries: else a
+    portion the kernel wrote there (`opentelemetry/util/`) would come first and shadow an
+    installed submodule not imported yet."""
+    finder = getattr(locations, "_path_finder", None)
+    if finder is None:  # a regular package: its path is fixed
+        return
+
+    def outside(name: str, path: list[str]) -> ModuleSpec | None:
+        return finder(name, [entry for entry in path if not _inside(entry, _guard.roots)])  # type: ignore[no-any-return]
+
+    locations._path_finder = outside  # type: ignore[attr-defined]
 
 
 _guard = _WorkspaceGuard()

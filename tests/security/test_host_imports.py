@@ -43,6 +43,8 @@ for dist, version in (("kernel_plugins", "1.0"), ("opentelemetry_api", "99.0")):
     os.makedirs(info, exist_ok=True)
     open(f"{info}/METADATA", "w").write(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     open(f"{info}/entry_points.txt", "w").write(points)
+os.makedirs("opentelemetry/_logs", exist_ok=True)  # a portion of an installed namespace package
+open("opentelemetry/_logs/__init__.py", "w").write("import os\n" + pwn("namespace"))
 print(sorted(os.listdir(".")))
 """
 
@@ -59,7 +61,8 @@ async def main():
             async with open_session({"command": "ipybox-no-such-server"}):
                 pass
         files = {"mcp": sys.modules["mcp"].__file__}
-        for name in ("jwt", "wave", "graphlib", "mylib"):
+        sys.path.append("/no-such-dir")  # Python computes namespace packages' paths again
+        for name in ("jwt", "wave", "graphlib", "opentelemetry._logs", "mylib"):
             files[name] = importlib.import_module(name).__file__
         import opentelemetry.propagate, pydantic
         from importlib import metadata
@@ -100,7 +103,7 @@ def test_kernel_written_modules_never_run_on_the_host(tmp_path: Path, how: str) 
     assert not list(workspace.glob("PWNED-*")), f"host ran kernel-written modules: {stderr[-2000:]}"
     files = result["files"]
     assert isinstance(files, dict)
-    for name in ("mcp", "jwt", "wave", "graphlib"):
+    for name in ("mcp", "jwt", "wave", "graphlib", "opentelemetry._logs"):
         assert not Path(files[name]).resolve().is_relative_to(workspace.resolve()), (name, files[name])
     assert Path(files["mylib"]).resolve() == (workspace / "mylib.py").resolve()
     seen = result["seen"]
