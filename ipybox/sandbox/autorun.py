@@ -53,6 +53,18 @@ HOOK_MANAGERS = (
     ),
 )
 
+
+def hook_standins(root: Path) -> dict[Path, str]:
+    """Stand-ins (path: kind) for lefthook's local configurations at the top of `root` where
+    lefthook's configuration is there: lefthook merges a new `lefthook-local.yml` into it, and
+    its hooks would run what the kernel put there. `{}` (an empty mapping in YAML and JSON) and
+    an empty TOML file change nothing."""
+    names = [n for n in HOOK_MANAGERS if "lefthook" in n]
+    if not any(os.path.lexists(root / n) for n in names if "-local" not in n):
+        return {}
+    return {root / n: "file" if n.endswith(".toml") else "json" for n in names if "-local" in n}
+
+
 #: Names protected whole wherever they exist in a writable directory: git's repository (or a
 #: `.git` file redirecting to one); editors' task and settings files; Claude Code's settings
 #: (hooks) and project MCP servers; direnv's `.envrc` (an approved one may source other

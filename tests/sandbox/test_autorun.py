@@ -150,17 +150,20 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
     `AGENT_SETTINGS` start the MCP servers, hooks, plugins and language servers their project
     settings name; the hooks of pre-commit, husky and lefthook run what their files say on every
     commit. An existing one, at any depth, cannot be changed; at the top, the settings and
-    pre-commit's and husky's cannot be created (nor a file in a stand-in); the project holds no
-    trace of the stand-ins afterwards."""
+    pre-commit's and husky's cannot be created (nor a file in a stand-in), nor lefthook's local
+    configurations beside its configuration; the project holds no trace of the stand-ins
+    afterwards."""
     kinds = AGENT_SETTINGS | {name: "dir" if name == ".husky" else "file" for name in HOOK_MANAGERS}
     nested = {
         f"pkg/{name}" + ("/pre-commit" if kind == "dir" else ""): "{}\n" for name, kind in kinds.items()
     }
+    nested["lefthook.yml"] = "pre-commit:\n  commands: {}\n"  # lefthook at the top: no local one either
     for name, content in nested.items():
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
         (workspace / name).write_text(content)
     before = _tree(workspace)
     blocked = [name for name in CREATION_BLOCKED if name in kinds]
+    blocked += [name for name in HOOK_MANAGERS if "lefthook-local" in name]
     top = [*blocked, *(f"{name}/pre-commit" for name in blocked if kinds[name] == "dir")]
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
         result = await probe(
