@@ -29,7 +29,15 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 async def executor(tmp_path: Path) -> AsyncIterator[CodeExecutor]:
-    """A started executor (with a warm spare kernel) whose working directory is `tmp_path`."""
+    """A started executor whose working directory is `tmp_path`, without a spare kernel (one
+    kernel start less per test; `default_executor` keeps the default's warm spare)."""
+    async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
+        yield executor
+
+
+@pytest.fixture
+async def default_executor(tmp_path: Path) -> AsyncIterator[CodeExecutor]:
+    """A started executor with the defaults (a warm spare kernel), in `tmp_path`."""
     async with CodeExecutor(working_dir=tmp_path) as executor:
         yield executor
 

@@ -388,12 +388,12 @@ async def test_timeout_interrupts_busy_loop(executor: CodeExecutor) -> None:
     ids=["exit", "segfault", "sigkill"],
 )
 async def test_kernel_death_reports_cause_and_recovers(
-    executor: CodeExecutor, code: str, expected: str
+    default_executor: CodeExecutor, code: str, expected: str
 ) -> None:
-    await executor.execute("marker = 1")
-    old_pid = kernel_pid(executor)
+    await default_executor.execute("marker = 1")
+    old_pid = kernel_pid(default_executor)
     with pytest.raises(CodeExecutionError) as info:
-        await executor.execute(f"print('dying', flush=True)\n{code}")
+        await default_executor.execute(f"print('dying', flush=True)\n{code}")
     message = str(info.value)
     assert expected in message
     assert "kernel" in message.lower()
@@ -401,10 +401,10 @@ async def test_kernel_death_reports_cause_and_recovers(
     assert not pid_alive(old_pid)  # type: ignore[arg-type]
 
     # The next execution runs on a fresh kernel: it works, and the old state is gone.
-    assert (await executor.execute("print('alive')")).text == "alive"
-    assert kernel_pid(executor) != old_pid
+    assert (await default_executor.execute("print('alive')")).text == "alive"
+    assert kernel_pid(default_executor) != old_pid
     with pytest.raises(CodeExecutionError, match="NameError"):
-        await executor.execute("marker")
+        await default_executor.execute("marker")
 
 
 # --- reset ---------------------------------------------------------------------------------------
@@ -428,10 +428,10 @@ async def _check_reset(executor: CodeExecutor) -> None:
     assert result.text == "kept\n42"
 
 
-async def test_reset_clears_namespace_and_keeps_files(executor: CodeExecutor) -> None:
-    old_pid = kernel_pid(executor)
-    await _check_reset(executor)
-    assert kernel_pid(executor) != old_pid
+async def test_reset_clears_namespace_and_keeps_files(default_executor: CodeExecutor) -> None:
+    old_pid = kernel_pid(default_executor)
+    await _check_reset(default_executor)  # the warm spare takes over
+    assert kernel_pid(default_executor) != old_pid
 
 
 async def test_reset_without_spare_kernel(tmp_path: Path) -> None:
