@@ -70,15 +70,17 @@ def hook_standins(root: Path) -> dict[Path, str]:
 #: (hooks) and project MCP servers; direnv's `.envrc` (an approved one may source other
 #: files); hook managers' files (`HOOK_MANAGERS`); other agents' and editors' settings
 #: (`AGENT_SETTINGS`).
-AUTORUN_NAMES = (
-    ".git",
-    ".vscode",
-    ".idea",
-    ".claude",
-    ".mcp.json",
-    ".envrc",
-    *HOOK_MANAGERS,
-    *AGENT_SETTINGS,
+AUTORUN_NAMES = frozenset(
+    (
+        ".git",
+        ".vscode",
+        ".idea",
+        ".claude",
+        ".mcp.json",
+        ".envrc",
+        *HOOK_MANAGERS,
+        *AGENT_SETTINGS,
+    )
 )
 
 #: Names whose creation at the top of a writable directory is blocked while a sandbox runs, by
