@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -23,6 +24,8 @@ from ipybox.sandbox import repo_sweep
 #: Bytes per cell; base64 makes them a third larger, well below gateways' websocket frame limits.
 CHUNK = 1 << 20
 _HELPERS = "__import__('ipybox.kernel_mgr.kernel_files', fromlist=['_'])"
+
+logger = logging.getLogger(__name__)
 
 
 def _call(function: str, *args: Any) -> str:
@@ -114,16 +117,40 @@ def _copy_out(workspace: Path, parts: tuple[str, ...], target: Path) -> None:
 def _get_tree(fd: int, path: Path, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     for entry in os.scandir(fd):
-        if entry.is_symlink():  # copied as a link, never followed
-            (target / entry.name).unlink(missing_ok=True)
-            (target / entry.name).symlink_to(os.readlink(entry.name, dir_fd=fd))
-        elif entry.is_dir(follow_symlinks=False):
-            _drop_link(target / entry.name)
-            with _safe_fs.subdir(fd, entry.name, path / entry.name) as sub:
-                _get_tree(sub, path / entry.name, target / entry.name)
-        else:
-            _drop_link(target / entry.name)
-            _get_file(fd, entry.name, path / entry.name, target / entry.name)
+        try:
+            _get_entry(fd, entry, path / entry.name, target / entry.name)
+        except FileNotFoundError:
+            if _still_there(fd, entry):
+                raise
+            # Removed (or replaced) since the listing: the kernel is still changing the tree (as `tar` and
+            # `rsync` do, the copy goes on without it rather than losing everything else).
+            logger.warning(
+                "%s was removed while it was being downloaded; the copy goes on without it", path / entry.name
+            )
+
+
+def _get_entry(fd: int, entry: os.DirEntry[str], path: Path, target: Path) -> None:
+    if entry.is_symlink():  # copied as a link, never followed
+        link = os.readlink(entry.name, dir_fd=fd)
+        target.unlink(missing_ok=True)
+        target.symlink_to(link)
+        return
+    _drop_link(target)
+    if entry.is_dir(follow_symlinks=False):
+        try:
+            with _safe_fs.subdir(fd, entry.name, path) as sub:
+                _get_tree(sub, path, target)
+                return
+        except NotADirectoryError:  # replaced by a file since the listing
+            pass
+    _get_file(fd, entry.name, path, target)
+
+
+def _still_there(fd: int, entry: os.DirEntry[str]) -> bool:
+    try:
+        return os.stat(entry.name, dir_fd=fd, follow_symlinks=False).st_ino == entry.inode()
+    except FileNotFoundError:
+        return False
 
 
 def _drop_link(target: Path) -> None:

@@ -3,7 +3,10 @@ download(), which run outside the kernel and its sandbox, touch files the kernel
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,3 +88,33 @@ async def test_a_second_download_never_writes_through_a_link_the_first_copied(
     assert not os.listdir(victim)
     assert (tmp_path / "got" / "cfg" / "authorized_keys").read_text() == "attacker"
     assert not (tmp_path / "got" / "cfg").is_symlink()
+
+
+async def test_a_download_goes_on_past_entries_removed_while_it_copies(
+    executor: CodeExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kernel code still writing the tree removes a file, a directory and a link between the
+    listing and their copy: the download copies the rest and says what went, instead of failing
+    whole with 'No such file or directory' for the top folder."""
+    await executor.execute(
+        "import os\nos.makedirs('out/gone_dir/deep')\nfor name in ('kept', 'gone', 'gone_dir/deep/f'):\n"
+        "    open('out/' + name, 'w').write(name)\nos.symlink('kept', 'out/gone_link')"
+    )
+    listed = os.scandir
+
+    def scandir_then_remove(fd: int) -> Iterator[os.DirEntry[str]]:  # the kernel's next moves, timed
+        entries = list(listed(fd))
+        if "gone" in {entry.name for entry in entries}:
+            monkeypatch.undo()
+            shutil.rmtree(executor.working_dir / "out" / "gone_dir")
+            os.remove(executor.working_dir / "out" / "gone")
+            os.remove(executor.working_dir / "out" / "gone_link")
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", scandir_then_remove)
+    with caplog.at_level(logging.WARNING, logger="ipybox.kernel_mgr.transfer"):
+        await executor.download("out", tmp_path / "got")
+    assert sorted(os.listdir(tmp_path / "got")) == ["kept"]
+    assert (tmp_path / "got" / "kept").read_text() == "kept"
+    removed = {record.getMessage().split(" was removed")[0] for record in caplog.records}
+    assert removed == {str(executor.working_dir / "out" / name) for name in ("gone", "gone_dir", "gone_link")}
