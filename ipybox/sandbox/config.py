@@ -19,7 +19,7 @@ from typing import Any
 
 from ipybox._programs import which
 from ipybox.errors import IpyboxError
-from ipybox.sandbox import autorun, devices, owned, reads, repo_sweep
+from ipybox.sandbox import autorun, devices, dotenv, owned, reads, repo_sweep
 from ipybox.sandbox.launcher import write_launcher
 from ipybox.sandbox.placeholders import Placeholders, sweep
 from ipybox.tool_exec.registry import state_dir
@@ -37,11 +37,6 @@ DEFAULT_CONFIG: dict[str, Any] = {
     },
     "network": {"allowedDomains": [], "deniedDomains": [], "allowLocalBinding": True},
 }
-
-#: Secrets files anywhere in the workspace, hidden from every kernel (srt matches them under
-#: the workspace each time a kernel starts).
-_DOTENV_GLOBS = ("**/.env", "**/.env.*")
-
 
 #: A policy file in the workspace that the MCP server (and the codeact-sandbox plugin) picks up.
 WORKSPACE_CONFIG = "sandbox-config.json"
@@ -216,7 +211,7 @@ def kernel_policy(
         if any(c in str(folder) for c in "*?[]{}!"):
             logger.warning("not hiding .env files below %s: its path has glob characters", folder)
         elif os.path.isdir(folder):
-            deny_read.extend(f"{folder}/{pattern}" for pattern in _DOTENV_GLOBS)
+            deny_read.extend(dotenv.denials(folder))
     needed = [*map(str, [*reachable, *top]), *reads.readable(map(str, readable))]
     deny_read.extend(_hidden_in_named(named, [*fs["allowWrite"], *needed]))
     fs["allowRead"] = [*named, *needed]

@@ -1,0 +1,121 @@
+"""ipybox's own walk for `.env` files against srt's glob expansion, and what a kernel reads then.
+
+srt's expansion of `**/.env` (its `expandReadDenyGlobLinux`, run under node) is the oracle: on
+each tree the walk names the same places, or hands the folder back to srt's globs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from servers.launch import REPO
+
+from ipybox import CodeExecutor
+from ipybox.sandbox import dotenv
+
+from .conftest import probe
+
+pytestmark = pytest.mark.usefixtures("srt_available")
+
+_EXPAND = """
+import {{ expandReadDenyGlobLinux }} from {module!r};
+const out = [];
+for (const pattern of {patterns!r}) out.push(...expandReadDenyGlobLinux(pattern, [], new Set()));
+console.log(JSON.stringify(out));
+"""
+
+
+def _srt_hides(folder: Path) -> set[str]:
+    """What srt mounts over for the `.env` globs below `folder`."""
+    module = REPO / "node_modules/@anthropic-ai/sandbox-runtime/dist/sandbox/read-deny-glob.js"
+    script = _EXPAND.format(module=str(module), patterns=[f"{folder}/{p}" for p in dotenv.PATTERNS])
+    done = subprocess.run(
+        ["node", "--input-type=module", "-e", script], capture_output=True, text=True, check=True
+    )
+    return _outermost(json.loads(done.stdout))
+
+
+def _outermost(paths: list[str]) -> set[str]:
+    """`paths` but those below another of them (hidden by its mount already)."""
+    kept = set(paths)
+    return {p for p in kept if not any(p.startswith(q + "/") for q in kept)}
+
+
+def _tree(root: Path, outside: Path) -> None:
+    for name in ("a/.env", "a/b/c/.env.local", "node_modules/p/.env", ".env.production", "x/notes"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("S=1\n")
+    (root / ".env").mkdir()  # a directory named like one (a virtualenv, say)
+    (root / ".env" / ".env.inner").write_text("S=2\n")
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / ".env").write_text("S=3\n")
+    (root / "linked").symlink_to(outside)  # followed, listed where it lives
+    (root / "a" / "up").symlink_to(root)  # leads back up: not followed
+    (root / "x" / "file-link").symlink_to(root / "x" / "notes")
+    (root / "x" / "dangling").symlink_to(root / "nowhere")
+
+
+def test_the_walk_hides_what_srts_globs_hide(tmp_path: Path) -> None:
+    root, outside = tmp_path / "project", tmp_path / "elsewhere"
+    _tree(root, outside)
+    found = dotenv.denials(root)
+    assert not any("*" in p for p in found), found  # the walk decided, srt walks nothing
+    assert _outermost(found) == _srt_hides(root)
+    assert str(outside / "deep" / ".env") in found and str(root / "a" / ".env") in found
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert dotenv.denials(empty) == [] and _srt_hides(empty) == set()
+
+
+@pytest.mark.parametrize("case", ["matching link", "glob characters", "too many entries", "unlistable"])
+def test_where_srts_rules_decide_the_folder_keeps_the_globs(
+    tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "project"
+    (root / "sub").mkdir(parents=True)
+    (tmp_path / "secret").write_text("S=1\n")
+    if case == "matching link":
+        (root / "sub" / ".env").symlink_to(tmp_path / "secret")
+    elif case == "glob characters":
+        (root / "sub" / ".env.[a]").write_text("S=1\n")
+    elif case == "too many entries":
+        for i in range(5):
+            (root / f"f{i}").touch()
+        monkeypatch.setattr(dotenv, "MAX_ENTRIES", 4)
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root lists any directory")
+        (root / "sub").chmod(0)
+    try:
+        assert dotenv.denials(root) == [f"{root}/{p}" for p in dotenv.PATTERNS]
+    finally:
+        (root / "sub").chmod(0o755)
+
+
+async def test_a_kernel_reads_no_env_file_the_walk_or_srt_found(tmp_path: Path) -> None:
+    """Both ways: a project the walk names (a linked folder among them), and one it hands to srt
+    (a `.env` that is a link, a name with glob characters): no secret reaches the kernel."""
+    walked, globbed, outside = tmp_path / "walked", tmp_path / "globbed", tmp_path / "elsewhere"
+    _tree(walked, outside)
+    (globbed / "sub").mkdir(parents=True)
+    (globbed / "sub" / ".env.[a]").write_text("S=glob\n")
+    (globbed / "target").write_text("S=1\n")
+    (globbed / "sub" / ".env.link").symlink_to(globbed / "target")
+    (globbed / "x").mkdir()
+    (globbed / "x" / "notes").write_text("S=1\n")
+    secrets = {
+        walked: ["a/.env", "a/b/c/.env.local", "node_modules/p/.env", ".env.production", ".env/.env.inner",
+                 "linked/deep/.env"],
+        globbed: ["sub/.env.[a]", "sub/.env.link"],
+    }  # fmt: skip
+    for root, names in secrets.items():
+        code = f"print(_json.dumps([{{t: attempt(lambda t=t: open(t).read()) for t in {names!r}}}, "
+        code += "attempt(lambda: open('x/notes').read())]))"
+        async with CodeExecutor(sandbox=True, working_dir=root, spare_kernel=False) as executor:
+            tried, other = await probe(executor, code)
+        assert not {t: r for t, r in tried.items() if r.startswith("ok")}, (root, tried)
+        assert other == "ok: 'S=1\\n'", other  # the rest stays readable
