@@ -17,6 +17,7 @@ from mcp_types import InputRequiredResult
 
 from ipybox.kernel_mgr.output import LiveBudget
 from ipybox.mcp_server.cells import Asked, CellEvent, CellRun, Finished, Output
+from ipybox.tool_exec.approval import display
 from ipybox.tool_exec.approval.client import ApprovalRequest
 
 logger = logging.getLogger(__name__)
@@ -189,8 +190,11 @@ async def _report(ctx: Context[Any, Any], progress: int, message: str) -> None:
 async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) -> None:
     """Forward a chunk of output while the cell runs: as progress (if the client asked for it) and log.
 
-    `progress` counts the notifications: the protocol requires it to increase with every one.
+    `progress` counts the notifications: the protocol requires it to increase with every one. Clients
+    show both to a person, so the kernel's text goes as data (`display.lines`): the redraws, hidden
+    characters and escape sequences of its output are shown as escapes, not acted on.
     """
+    text = display.lines(text)
     await _report(ctx, progress, text)
     with contextlib.suppress(Exception), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging notifications are deprecated in newer protocol versions

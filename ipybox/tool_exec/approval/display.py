@@ -76,6 +76,12 @@ def escape(text: str) -> str:
     return "".join(shown)
 
 
+def lines(text: str) -> str:
+    """`text` of several lines (a kernel's output, a server's stderr) for a person to read: each
+    line escaped as `escape()` does, line breaks (`\\n`) kept."""
+    return "\n".join(map(escape, text.split("\n")))
+
+
 def quote(text: str) -> str:
     """`text` as a JSON string literal, escaped as `escape()` does (so backslashes are doubled)."""
     return escape(json.dumps(text, ensure_ascii=False))
