@@ -11,7 +11,9 @@ its own, so a long one cannot push another out of view. Values keep their JSON f
 from __future__ import annotations
 
 import json
+import logging
 import re
+import sys
 import unicodedata
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -80,6 +82,21 @@ def lines(text: str) -> str:
     """`text` of several lines (a kernel's output, a server's stderr) for a person to read: each
     line escaped as `escape()` does, line breaks (`\\n`) kept."""
     return "\n".join(map(escape, text.split("\n")))
+
+
+class LogFormatter(logging.Formatter):
+    """Log lines as `lines()` shows text: what they quote of a kernel's or a server's text (a
+    path it made, its error) cannot act on the terminal or log window that shows them."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return lines(super().format(record))
+
+
+def log_handler() -> logging.Handler:
+    """The stderr handler of ipybox's own programs (the MCP server, a standalone tool server)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LogFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    return handler
 
 
 def quote(text: str) -> str:
