@@ -112,6 +112,8 @@ def _rules(data: dict[str, Any], path: Path) -> tuple[Rule, ...]:
 QUESTION_TITLE = "Allow this call from code running in ipybox?"
 #: Characters of each argument's value shown in a question (each argument has its own).
 QUESTION_VALUE_LIMIT = 500
+#: Characters all arguments of a question take before each gets an equal share (see `display`).
+QUESTION_ARGS_LIMIT = 3000
 #: Seconds the full arguments of a question stay in the state directory.
 _SPILL_KEEP = 86400
 
@@ -125,7 +127,9 @@ def describe_call(server: str, tool: str, args: dict[str, Any]) -> str:
     if server == SHELL_SERVER and isinstance(args.get("cmd"), str):  # --approve-shell-cmds
         kind, shown = display.name(tool), display.command(args["cmd"], spill.hint)
         return _question(f"Code running in ipybox wants to run a shell command ({kind}):", shown)
-    lines = [f"  {arg}" for arg in display.arguments(args, spill.hint, QUESTION_VALUE_LIMIT)]
+    lines = [
+        f"  {arg}" for arg in display.arguments(args, spill.hint, QUESTION_VALUE_LIMIT, QUESTION_ARGS_LIMIT)
+    ]
     call = f"{display.name(server)}.{display.name(tool)}"
     shown = f"{call}()" if not lines else "\n".join([f"{call}(", *lines, ")"])
     return _question("Code running in ipybox wants to make this tool call:", shown)

@@ -61,6 +61,10 @@ def cases(payload):
     made.append({"pad": {"list": ["B" * 1000] * 200}, "p": payload})  # a long nested value
     made.append({"A" * 100_000: 1, "p": payload})  # a long name
     made.append({"pad": "C" * 10_000_000, "p": payload})  # 10 MB
+    # many long names and values, together many screens: before the payload and after it
+    many = {f"pad{i:02}" + "x" * 90: "D" * 10_000 for i in range(39)}
+    made.append({"p": payload, **many})
+    made.append({**many, "p": payload})
     return made
 """
 

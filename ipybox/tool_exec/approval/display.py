@@ -25,6 +25,9 @@ VALUE_LIMIT = 200
 NAME_LIMIT = 80
 #: Arguments shown; more are counted, never silently left out.
 ARGS_LIMIT = 40
+#: Characters all arguments of a one-line prompt take before each gets an equal share of them, so
+#: that many long ones cannot scroll the call's name and its first arguments off the screen.
+PROMPT_LIMIT = 1200
 #: Characters of a shell command shown.
 COMMAND_LIMIT = 2000
 
@@ -143,21 +146,69 @@ def _whole_escapes(text: str) -> str:
     return text if complete else text[:start]
 
 
-def arguments(args: Mapping[str, Any], hint: Hint, limit: int = VALUE_LIMIT) -> list[str]:
+def arguments(
+    args: Mapping[str, Any], hint: Hint, limit: int = VALUE_LIMIT, total: int | None = None
+) -> list[str]:
     """`name=value` for each argument (at most `ARGS_LIMIT`, then how many more there are); each
-    value gets `limit` characters of its own."""
+    value gets `limit` characters of its own. Where all of them would take more than `total`
+    characters, each gets an equal share of `total` instead, cut with `…`, and a last note says so."""
+    items = list(args.items())[:ARGS_LIMIT]
     shown = []
-    for key, data in list(args.items())[:ARGS_LIMIT]:
+    for key, data in items:
         label = name(str(key))
         shown.append(f"{label}={value(data, partial(hint, label), limit)}")
+    if total is not None and sum(map(len, shown)) > total:
+        shares = _shares([len(each) for each in shown], total)
+        for i, ((key, data), share) in enumerate(zip(items, shares, strict=True)):
+            if len(shown[i]) > share:
+                names, values = max(_SHARE_MIN // 2, share // 3), max(_SHARE_MIN, share - share // 3)
+                shown[i] = f"{_fit(name(str(key)), names)}={_short(data, values)}"
+        shown.append(f"…[values cut to fit one screen; {hint(None)}]")
     if len(args) > ARGS_LIMIT:
         shown.append(f"…[{len(args) - ARGS_LIMIT:,} more arguments not shown; {hint(None)}]")
     return shown
 
 
+def _shares(lengths: list[int], total: int) -> list[int]:
+    """Characters for each of `lengths` out of `total`: the shorter ones whole, the longer ones an
+    equal share of the rest."""
+    shares = [0] * len(lengths)
+    left = total
+    for done, i in enumerate(sorted(range(len(lengths)), key=lengths.__getitem__)):
+        shares[i] = min(lengths[i], left // (len(lengths) - done))
+        left -= shares[i]
+    return shares
+
+
+#: Characters of a value in an equal share, at least (a name gets half).
+_SHARE_MIN = 16
+_KINDS = {dict: "an object", list: "an array", bool: "a boolean", type(None): "null"}
+
+
+def _short(data: Any, limit: int) -> str:
+    """`data` as `value()` shows it if that fits in `limit` characters; else a string's start,
+    closed (`"abc"…`), or what other JSON it is and its length."""
+    if isinstance(data, str):  # only what can be shown is escaped
+        return _fit(quote(data[: limit + 1]), limit)
+    shown = value(data, str, limit)
+    if len(shown) <= limit:
+        return shown
+    return f"…[{_KINDS.get(type(data), 'a number')} of {len(json.dumps(data, default=repr)):,} characters]"
+
+
+def _fit(shown: str, limit: int) -> str:
+    """A name or a string literal, as `name()` or `quote()` shows it, cut to about `limit`
+    characters: no escape split, a quoted one closed again, marked with `…`."""
+    if len(shown) <= limit:
+        return shown
+    if not shown.startswith('"'):  # a plain name: no quote, space or escape in it
+        return f"{shown[:limit]}…"
+    return f'{_whole_escapes(shown[:limit])}"…'
+
+
 def call(server: str, tool: str, args: Mapping[str, Any], hint: Hint) -> str:
-    """A tool call on one line: `server.tool(name=value, ...)`."""
-    return f"{name(server)}.{name(tool)}({', '.join(arguments(args, hint))})"
+    """A tool call on one line: `server.tool(name=value, ...)`, its arguments within `PROMPT_LIMIT`."""
+    return f"{name(server)}.{name(tool)}({', '.join(arguments(args, hint, total=PROMPT_LIMIT))})"
 
 
 def command(cmd: str, hint: Hint, limit: int = COMMAND_LIMIT) -> str:
