@@ -28,8 +28,9 @@ ARGS_LIMIT = 40
 #: Characters all arguments of a one-line prompt take before each gets an equal share of them, so
 #: that many long ones cannot scroll the call's name and its first arguments off the screen.
 PROMPT_LIMIT = 1200
-#: Characters of a shell command shown.
+#: Characters of a shell command shown (as escaped), and its lines.
 COMMAND_LIMIT = 2000
+COMMAND_LINES = 40
 
 #: Says where the whole of an argument can be seen, given its (escaped) name; None: all of them.
 Hint = Callable[[str | None], str]
@@ -212,11 +213,17 @@ def call(server: str, tool: str, args: Mapping[str, Any], hint: Hint) -> str:
 
 
 def command(cmd: str, hint: Hint, limit: int = COMMAND_LIMIT) -> str:
-    """A shell command, one indented `| ` line per line of it, each escaped; cut past `limit`."""
-    shown = "\n".join(f"  | {escape(line)}" for line in cmd[:limit].split("\n"))
-    if len(cmd) > limit:
-        shown += f"…[{len(cmd) - limit:,} more characters not shown; {hint(None)}]"
-    return shown
+    """A shell command, one indented `| ` line per line of it, each escaped; past `COMMAND_LINES`
+    lines or `limit` characters as shown (escapes count), cut, saying how long it is in all."""
+    lines = cmd[: limit + 1].split("\n", COMMAND_LINES)
+    shown = "\n".join(f"  | {escape(line)}" for line in lines[:COMMAND_LINES])
+    whole = len(cmd) <= limit and len(lines) <= COMMAND_LINES and len(shown) <= limit + 4 * len(lines)
+    if whole:
+        return shown
+    shown = _whole_escapes(shown[: limit + 4 * COMMAND_LINES])
+    count = cmd.count("\n") + 1
+    size = f"{len(cmd):,} characters on {count:,} line{'s' if count > 1 else ''}"
+    return f"{shown}…[not all shown: {size}; {hint(None)}]"
 
 
 def sdk_hint(label: str | None) -> str:
