@@ -55,6 +55,28 @@ async def test_prompt_shows_every_argument_and_acts_on_nothing(executor: CodeExe
     assert type(requests[0].tool_args["f"]) is int
     assert str(requests[1]) == 'nasty.arrays(matrix=[[1, 2.5], [0, 1e+300]], pair=["a", 1])'
 
+    # a name that looks like another (Cyrillic е and а, a fullwidth dot) shows what it is made of
+    requests, outcome = await collect(executor, LOOKALIKES)
+    assert isinstance(outcome, CodeExecutionResult), outcome
+    assert [str(r) for r in requests] == [
+        'nasty."\\u0435cho"(message="x")',
+        'nasty.echo("p\\u0430th"="/etc/passwd", path="/tmp/x")',
+        'nasty."echo\\uff0eadmin"(message="x")',
+    ]
+
+
+LOOKALIKES = """
+import mcptools.nasty as pkg
+from ipybox import ToolRunner
+from ipybox.tool_exec.client import ToolRunnerError
+for tool, args in [("\u0435cho", {"message": "x"}), ("echo", {"p\u0430th": "/etc/passwd", "path": "/tmp/x"}),
+                   ("echo\uff0eadmin", {"message": "x"})]:
+    try:
+        ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync(tool, args)
+    except ToolRunnerError:
+        pass
+"""
+
 
 async def test_shell_prompt_and_who_said_no(workspace: Workspace, _state_dir: Path) -> None:
     """A shell command is shown as escapes too; the application's reason, its default, and no

@@ -109,12 +109,18 @@ def quote(text: str) -> str:
 
 
 def name(text: str) -> str:
-    """A server, tool or argument name: as it is if plainly a name, else quoted; long ones cut."""
+    """A server, tool or argument name: as it is if plainly a name (ASCII), else quoted with every
+    other character escaped, so a name that looks like another (`еcho` with a Cyrillic `е`, a
+    fullwidth dot) shows what it is made of; long ones cut."""
     if len(text) <= NAME_LIMIT and _PLAIN_NAME.fullmatch(text):
         return text
     if len(text) <= NAME_LIMIT:
-        return quote(text)
-    return f"{quote(text[:NAME_LIMIT])}…[name of {len(text):,} characters]"
+        return _ascii_quote(text)
+    return f"{_ascii_quote(text[:NAME_LIMIT])}…[name of {len(text):,} characters]"
+
+
+def _ascii_quote(text: str) -> str:
+    return escape(json.dumps(text))  # ensure_ascii: every character past ASCII as its escape
 
 
 def value(data: Any, hint: Callable[[], str], limit: int = VALUE_LIMIT) -> str:
