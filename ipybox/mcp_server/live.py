@@ -34,6 +34,8 @@ CLIENT_CHECK = 0.5
 #: round: until none came for BATCH_QUIET s, and at most BATCH_LIMIT s in all.
 BATCH_QUIET = 0.05
 BATCH_LIMIT = 0.5
+#: Characters of a live chunk escaped on the event loop (at most some milliseconds); more, in a thread.
+_INLINE_ESCAPE = 4096
 _STREAM_STOPPED = "[ipybox: live output stopped here; the result keeps the head and tail of the output]"
 
 #: What the client is shown next: output text, a tool call to ask about, or the end.
@@ -192,9 +194,13 @@ async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) ->
 
     `progress` counts the notifications: the protocol requires it to increase with every one. Clients
     show both to a person, so the kernel's text goes as data (`display.lines`): the redraws, hidden
-    characters and escape sequences of its output are shown as escapes, not acted on.
+    characters and escape sequences of its output are shown as escapes, not acted on. A large chunk
+    is escaped in a thread: a million characters never met before take seconds, which the event
+    loop (every user's) must not wait for.
     """
-    text = display.lines(text)
+    text = (
+        display.lines(text) if len(text) <= _INLINE_ESCAPE else await asyncio.to_thread(display.lines, text)
+    )
     await _report(ctx, progress, text)
     with contextlib.suppress(Exception), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging notifications are deprecated in newer protocol versions

@@ -25,6 +25,7 @@ PRINTS = CASES + (
     "sys.stdout.write('split \\x1b'); sys.stdout.flush()\n"
     "sys.stdout.write('[8m hidden\\n'); sys.stdout.flush()\n"
     "print('two\\nlines\\tand a tab', flush=True)\n"
+    "print('large \\x9b2J' + '\\u6f22' * 10_000, flush=True)\n"  # escaped off the event loop
 )
 
 
@@ -50,4 +51,5 @@ async def test_live_output_reaches_the_client_as_data(workspace: Path, state_dir
     assert "before \\r after" in joined  # the redraw is shown, not done
     assert "split \\u001b" in joined and "[8m hidden" in joined  # a split escape too
     assert "two\nlines" in joined  # lines stay lines
+    assert "large \\u009b2J" + "\u6f22" * 10_000 in joined
     assert "before \r after" in text_of(result)  # the agent's result keeps what was printed

@@ -72,14 +72,43 @@ def _escaped(char: str) -> str:
 
 def escape(text: str) -> str:
     """`text` with every character a person could not see, or a terminal would act on, escaped;
-    combining marks past `_MARKS` on one character too (a stack of them smears over other text)."""
+    combining marks past `_MARKS` on one character too (a stack of them smears over other text).
+
+    At C speed (a kernel's output passes here on the event loop): each character's form is looked
+    up in a table filled as characters are first met, and so is whether it is a mark."""
     if text.isascii() and text.isprintable():
         return text
-    shown, marks = [], 0
-    for char in text:
-        marks = marks + 1 if unicodedata.combining(char) or unicodedata.category(char) == "Me" else 0
-        shown.append(_escaped(char) if marks > _MARKS else _visible(char))
-    return "".join(shown)
+    for table in (_SHOWN, _MARK):
+        if len(table) > _TABLE_LIMIT:
+            table.clear()
+    flags = text.translate(_MARK)  # one letter per character: "m" for a mark
+    if "m" * (_MARKS + 1) not in flags:
+        return text.translate(_SHOWN)
+    shown, done = [], 0
+    for run in _STACK.finditer(flags):  # past `_MARKS` marks in a row: the rest escaped
+        cut = run.start() + _MARKS
+        shown += [text[done:cut].translate(_SHOWN), *map(_escaped, text[cut : run.end()])]
+        done = run.end()
+    return "".join([*shown, text[done:].translate(_SHOWN)])
+
+
+class _Table(dict[int, str]):
+    """A `str.translate` table whose entries `entry(character)` makes when a character is first met."""
+
+    def __init__(self, entry: Callable[[str], str]) -> None:
+        super().__init__()
+        self._entry = entry
+
+    def __missing__(self, code: int) -> str:
+        made = self[code] = self._entry(chr(code))
+        return made
+
+
+_SHOWN = _Table(lambda char: _visible(char))
+_MARK = _Table(lambda char: "m" if unicodedata.combining(char) or unicodedata.category(char) == "Me" else ".")
+_STACK = re.compile(f"m{{{_MARKS + 1},}}")
+#: Characters a table keeps (a kernel printing every code point would fill 100 MB).
+_TABLE_LIMIT = 1 << 16
 
 
 def lines(text: str) -> str:
