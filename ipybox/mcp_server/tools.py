@@ -36,6 +36,7 @@ from ipybox.mcp_server.notebooks import Notebooks
 from ipybox.mcp_server.output import Spill, truncate
 from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
+from ipybox.tool_exec.approval import display
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.audit import AuditLog
 
@@ -119,7 +120,8 @@ class Tools:
         if modules.skipped:
             lines.append(f"Skipped {len(modules.skipped)} tools (no module generated):")
             lines += [f"- {name}: {why}" for name, why in modules.skipped.items()]
-        return "\n".join(lines)
+        # the server's names and descriptions are data to whoever the client shows the reply
+        return display.lines("\n".join(lines))
 
     async def execute_ipython_cell(
         self,
