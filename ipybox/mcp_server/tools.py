@@ -247,20 +247,21 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, sp
     spill_dir = workspace / ".ipybox" / "outputs"
     outcome = run.outcome
     prefix = f"{notice}\n" if notice else ""
+    # the client shows the reply to a person too: what would act on a terminal goes as escapes
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""
-        raise ToolError(
-            prefix
-            + truncate(f"{output}{outcome}", max_output_chars, spill_dir, trusted=workspace, spill=spill)
-        )
+        text = truncate(f"{output}{outcome}", max_output_chars, spill_dir, trusted=workspace, spill=spill)
+        raise ToolError(prefix + display.acting(text))
     if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
-        raise ToolError(prefix + str(outcome))
+        raise ToolError(prefix + display.acting(str(outcome)))
     if isinstance(outcome, BaseException):
         raise outcome
     if outcome is None:
         raise ToolError(prefix + "The cell was interrupted.")
     assert isinstance(outcome, CodeExecutionResult)
-    text = truncate(outcome.text or "", max_output_chars, spill_dir, trusted=workspace, spill=spill)
+    text = display.acting(
+        truncate(outcome.text or "", max_output_chars, spill_dir, trusted=workspace, spill=spill)
+    )
     if outcome.images:
         text += "\n" if text else ""
         text += "\n".join(f"[image saved to {path}]" for path in outcome.images)

@@ -2,10 +2,11 @@
 
 Every character of it comes from kernel code, so it reaches the client as data: the redraws and
 hidden characters of `servers.hostile_args` are escapes there, lines stay lines. The cell's result
-(for the agent) keeps the output as printed."""
+(for the agent, shown by clients too) has only the characters that act escaped."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -52,4 +53,8 @@ async def test_live_output_reaches_the_client_as_data(workspace: Path, state_dir
     assert "split \\u001b" in joined and "[8m hidden" in joined  # a split escape too
     assert "two\nlines" in joined  # lines stay lines
     assert "large \\u009b2J" + "\u6f22" * 10_000 in joined
-    assert "before \r after" in text_of(result)  # the agent's result keeps what was printed
+    # the result, which the client shows too: only what acts escaped, what is drawn kept
+    result_text = text_of(result)
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]", result_text)
+    assert "before \\r after" in result_text and "split \\u001b[8m hidden" in result_text
+    assert "before hi\U000e0173" in result_text  # a tag character, drawn as nothing, kept for the agent

@@ -117,6 +117,30 @@ def lines(text: str) -> str:
     return "\n".join(map(escape, text.split("\n")))
 
 
+def acting(text: str) -> str:
+    """`text` (a cell's output, for an agent whose client also shows it to a person) with only the
+    characters that act escaped: controls but line breaks and tabs (a terminal moves, erases,
+    recolours or runs a command for them), bidirectional controls and line separators (a renderer
+    reorders or breaks the text). Everything drawn stays, emoji sequences and their joiners too."""
+    return text if text.isascii() and text.isprintable() else text.translate(_ACTING)
+
+
+_ACTING = {
+    code: _SHORT.get(chr(code)) or _escaped(chr(code))
+    for code in [
+        *(c for c in range(0x20) if chr(c) not in "\n\t"),
+        *range(0x7F, 0xA0),
+        0x061C,
+        0x200E,
+        0x200F,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+        0x2028,
+        0x2029,
+    ]
+}
+
+
 class LogFormatter(logging.Formatter):
     """Log lines as `lines()` shows text: what they quote of a kernel's or a server's text (a
     path it made, its error) cannot act on the terminal or log window that shows them."""
