@@ -1,11 +1,13 @@
-"""How a tool call is shown to the person who approves it.
+"""How a tool call is shown to the person who approves it, and any other text a kernel or an MCP
+server supplies that a person reads (live output, a server's stderr, log lines, replies).
 
 Every name and value comes from kernel code, so it is data: characters a terminal or a form would
 act on or hide (controls, escape sequences, bidirectional overrides, zero-width and other format
 characters, line separators, unassigned code points) are shown as escapes, and nothing is cut
 without saying how much is hidden and where all of it can be seen. Each argument has a budget of
-its own, so a long one cannot push another out of view. Values keep their JSON form: 2 is `2`,
-"2" is `"2"`, nested values are compact JSON.
+its own, so a long one cannot push another out of view, and all of them one they share, so many
+cannot scroll the call's name off the screen. Values keep their JSON form: 2 is `2`, "2" is `"2"`,
+nested values are compact JSON. Names past plain ASCII show every other character as an escape.
 """
 
 from __future__ import annotations
