@@ -156,3 +156,16 @@ def test_marks_that_draw_nothing_are_escaped() -> None:
     assert (
         display.value("caf\u00e9 \u0915\u093f", lambda: "see all") == '"caf\u00e9 \u0915\u093f"'
     )  # visible marks stay
+
+
+def test_escape_keeps_two_marks_of_each_run_and_acting_keeps_what_is_drawn() -> None:
+    """Marks past two in a row are escaped run by run (the table path walks only runs of marks);
+    `acting()` (a reply the agent reads) escapes only what acts, keeping joiners and selectors."""
+    text = "a\u0301\u0302\u0303\u0304b\u0301\u0302c\u20dd\u0301\u0302\u2028\u202e\x1b"
+    assert display.escape(text) == (
+        "a\u0301\u0302\\u0303\\u0304b\u0301\u0302c\u20dd\u0301\\u0302\\u2028\\u202e\\u001b"
+    )
+    family, warning = "\U0001f468\u200d\U0001f469", "\u26a0\ufe0f"
+    shown = display.acting(f"{family} {warning}\tok\r\x9b2J\u2066x\u2069\n")
+    assert shown == f"{family} {warning}\tok\\r\\u009b2J\\u2066x\\u2069\n"
+    assert display.lines("one\n\x1b[2Jtwo") == "one\n\\u001b[2Jtwo"
