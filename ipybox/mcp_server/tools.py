@@ -246,7 +246,7 @@ class Tools:
 def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, spill: Spill) -> Content:
     spill_dir = workspace / ".ipybox" / "outputs"
     outcome = run.outcome
-    prefix = f"{notice}\n" if notice else ""
+    prefix = display.acting(f"{notice}\n") if notice else ""  # a resume's notice quotes a cell's error
     # the client shows the reply to a person too: what would act on a terminal goes as escapes
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""

@@ -29,6 +29,7 @@ async def test_a_resumed_cells_error_is_logged_as_data(workspace: Path, state_di
         log = box.stderr()
 
     assert "resumed from" in notice and "only in part" in notice, notice
+    assert "\x1b" not in notice and "(RuntimeError: \\u001b[38:5:16m" in notice, notice  # the reply too
     [line] = [line for line in log.splitlines() if "resuming kernel" in line]
     assert_shown_safely(log, lines=True)
     assert "failed this time (RuntimeError: \\u001b[38:5:16m\\u001b]52;c;" in line, line
