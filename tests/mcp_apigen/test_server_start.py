@@ -112,3 +112,23 @@ async def test_the_servers_stderr_is_quoted_as_data(tmp_path: Path) -> None:
         "HOSTILE=\\r\\u001b[2K\\u001b[38:5:16m\\u001b]52;c;Y3VybCBldmlsfHNo\\u001b\\\\u009b2J\\u202egnp.exe"
         "\\u2028x\\u0007" in message
     ), message
+
+
+#: A stdio server that answers the handshake with an error whose message would act on a terminal.
+REFUSING = r"""
+import json, sys
+request = json.loads(sys.stdin.readline())
+message = "no\r\x1b[2K\x1b]52;c;Y3VybCBldmlsfHNo\x1b\\ \x9b2J \u202eexe.txt \u2028 handshake"
+error = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32000, "message": message}}
+print(json.dumps(error), flush=True)
+sys.stdin.read()
+"""
+
+
+async def test_the_servers_error_message_is_quoted_as_data(tmp_path: Path) -> None:
+    message = await generation_error({"command": sys.executable, "args": ["-c", REFUSING]}, tmp_path)
+    assert_shown_safely(message, lines=True)
+    assert (
+        "no\\r\\u001b[2K\\u001b]52;c;Y3VybCBldmlsfHNo\\u001b\\ \\u009b2J \\u202eexe.txt \\u2028 handshake"
+        in message
+    )
