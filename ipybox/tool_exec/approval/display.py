@@ -215,16 +215,17 @@ def arguments(
     value gets `limit` characters of its own. Where all of them would take more than `total`
     characters, each gets an equal share of `total` instead, cut with `…`, and a last note says so."""
     items = list(args.items())[:ARGS_LIMIT]
-    shown = []
-    for key, data in items:
-        label = name(str(key))
-        shown.append(f"{label}={value(data, partial(hint, label), limit)}")
+    labels = [name(str(key)) for key, _ in items]
+    values = [
+        value(data, partial(hint, label), limit) for (_, data), label in zip(items, labels, strict=True)
+    ]
+    shown = [f"{label}={each}" for label, each in zip(labels, values, strict=True)]
     if total is not None and sum(map(len, shown)) > total:
         shares = _shares([len(each) for each in shown], total)
-        for i, ((key, data), share) in enumerate(zip(items, shares, strict=True)):
+        for i, ((_, data), share) in enumerate(zip(items, shares, strict=True)):
             if len(shown[i]) > share:
-                names, values = max(_SHARE_MIN // 2, share // 3), max(_SHARE_MIN, share - share // 3)
-                shown[i] = f"{_fit(name(str(key)), names)}={_short(data, values)}"
+                names, room = max(_SHARE_MIN // 2, share // 3), max(_SHARE_MIN, share - share // 3)
+                shown[i] = f"{_fit(labels[i], names)}={_short(data, room, values[i])}"
         shown.append(f"…[values cut to fit one screen; {hint(None)}]")
     if len(args) > ARGS_LIMIT:
         shown.append(f"…[{len(args) - ARGS_LIMIT:,} more arguments not shown; {hint(None)}]")
@@ -247,15 +248,14 @@ _SHARE_MIN = 16
 _KINDS = {dict: "an object", list: "an array", bool: "a boolean", type(None): "null"}
 
 
-def _short(data: Any, limit: int) -> str:
-    """`data` as `value()` shows it if that fits in `limit` characters; else a string's start,
-    closed (`"abc"…`), or what other JSON it is and its length."""
+def _short(data: Any, limit: int, shown: str) -> str:
+    """`data` (which `value()` showed as `shown`) in about `limit` characters: a string's start,
+    closed (`"abc"…`), other JSON as shown if it fits, else what it is (its JSON is not made again)."""
     if isinstance(data, str):  # only what can be shown is escaped
         return _fit(quote(data[: limit + 1]), limit)
-    shown = value(data, str, limit)
     if len(shown) <= limit:
         return shown
-    return f"…[{_KINDS.get(type(data), 'a number')} of {len(json.dumps(data, default=repr)):,} characters]"
+    return f"…[{_KINDS.get(type(data), 'a number')}, cut]"
 
 
 def _fit(shown: str, limit: int) -> str:
