@@ -24,6 +24,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult, TextContent
 
+from ipybox.tool_exec.approval import display
+
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_EVERYTHING = REPO / "node_modules" / ".bin" / "mcp-server-everything"
 
@@ -80,7 +82,7 @@ async def main(workspace: Path) -> None:
         )
         if result.is_error:
             sys.exit(f"execute_ipython_cell failed: {text_of(result)}")
-        print(f"\n4. Result returned to the agent:\n{text_of(result)}")
+        print(f"\n4. Result returned to the agent:\n{display.lines(text_of(result))}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from ipybox import (
     CodeExecutor,
     generate_mcp_sources,
 )
+from ipybox.tool_exec.approval import display
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_PARAMS = {"command": str(REPO / "node_modules" / ".bin" / "mcp-server-everything"), "args": ["stdio"]}
@@ -52,10 +53,12 @@ async def main(workspace: Path, auto_approve: bool) -> None:
             await run_agent_code(executor, auto_approve)
         except CodeExecutionError as e:
             # The agent would see this error and adapt its next action.
-            print(f"\n3. The agent's code failed:\n   {str(e).strip().splitlines()[-1]}")
+            print(f"\n3. The agent's code failed:\n   {display.escape(str(e).strip().splitlines()[-1])}")
 
 
 async def run_agent_code(executor: CodeExecutor, auto_approve: bool) -> None:
+    # Everything the kernel prints is data for the terminal: shown with display.lines(), its escape
+    # sequences and control characters cannot hide or redraw the prompt (str(item) escapes its own).
     async for item in output_before_approvals(executor.stream(AGENT_CODE, chunks=True)):
         match item:
             case ApprovalRequest():
@@ -65,9 +68,9 @@ async def run_agent_code(executor: CodeExecutor, auto_approve: bool) -> None:
                 else:
                     await item.reject("declined by the user at the prompt")
             case CodeExecutionChunk(text=text):
-                print(f"   | {text}", end="" if text.endswith("\n") else "\n")
+                print(f"   | {display.lines(text)}", end="" if text.endswith("\n") else "\n")
             case CodeExecutionResult(text=text):
-                print(f"\n3. Result returned to the agent:\n{text}")
+                print(f"\n3. Result returned to the agent:\n{display.lines(text)}")
 
 
 Item = ApprovalRequest | CodeExecutionChunk | CodeExecutionResult

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from ipybox import ApprovalRequest, CodeExecutionError, CodeExecutionResult, CodeExecutor
+from ipybox.tool_exec.approval import display
 
 READ_ONLY = ("ls", "echo", "cat", "wc")
 
@@ -37,18 +38,18 @@ async def main() -> None:
                     match item:
                         case ApprovalRequest(tool_name="shell", tool_args={"cmd": cmd}):
                             verdict = allowed(cmd)
-                            print(f"   {'accept' if verdict else 'reject'}: {cmd}")
+                            print(f"   {'accept' if verdict else 'reject'}: {display.escape(cmd)}")
                             await (item.accept() if verdict else item.reject())
                         case CodeExecutionResult():
-                            print(item.text)
+                            print(display.lines(item.text or ""))
             except CodeExecutionError as e:
-                print("   the cell failed:", str(e).strip().splitlines()[-1])
+                print("   the cell failed:", display.escape(str(e).strip().splitlines()[-1]))
 
             print("2. The agent writes the file from Python instead, then lists it:")
             code = "from pathlib import Path\nPath('notes').mkdir()\n"
             code += "Path('notes/a.txt').write_text('x')\n!ls notes"
             result = await executor.execute(code)  # execute() approves everything
-            print("  ", result.text)
+            print("  ", display.lines(result.text or ""))
 
             print("3. A long cell, cancelled after a second; the kernel keeps its state:")
             task = asyncio.create_task(

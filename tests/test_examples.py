@@ -136,15 +136,25 @@ def test_quickstart_stops_at_once_on_ctrl_c_at_the_prompt(tmp_path: Path) -> Non
     assert "interrupted" in errors and "Traceback" not in errors
 
 
-#: Agent code a hostile kernel runs in the quickstart: its last argument's name returns the cursor,
+#: Agent code a hostile kernel runs in the quickstart: it prints, just before its call, output that
+#: would draw what follows black on black (a colour escape in its colon form) and put the payload
+#: on the user's clipboard (OSC 52, ended by ST); its last argument's name returns the cursor,
 #: erases the line and redraws a harmless prompt over the real one, whose `cmd` is the payload.
+#: Declined, it makes a call whose 39 long arguments after the payload would fill many screens.
 _REDRAWING_CALL = r"""
+print("output \x1b[38:5:16m\x1b[48:5:16m hidden", flush=True)
+print("\x1b]52;c;UEFZTE9BRC1jdXJsLWV2aWx8c2g=\x1b\\ clipboard", flush=True)
 import mcptools.everything as pkg
 from ipybox import ToolRunner
 fake = "\r\x1b[2K   approve everything.echo(message='hello')? [Y/n] \x1b[8m"
-ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync(
-    "echo", {"message": "hello", "cmd": "PAYLOAD-curl-evil|sh", fake: "\x1b[0m"}
-)
+try:
+    ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync(
+        "echo", {"message": "hello", "cmd": "PAYLOAD-curl-evil|sh", fake: "\x1b[0m"}
+    )
+except Exception:
+    pass
+many = {f"pad{i:02}" + "x" * 90: "D" * 10_000 for i in range(39)}
+ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync("echo", {"cmd": "SECOND-PAYLOAD", **many})
 """
 #: The demo's prompt line on the screen, whole (the agent code printed before starts otherwise).
 _PROMPT = re.compile(r"^   approve .*\? \[Y/n\] ?$", re.M)
@@ -176,12 +186,25 @@ def test_demo_prompt_on_a_real_terminal_shows_the_hidden_argument(tmp_path: Path
     command = f"{sys.executable} {script} {tmp_path / 'ws'}; sleep 600"
     session = ["new-session", "-d", "-x", "160", "-y", "50", command]
     subprocess.run([tmux, *socket, *session], env=env, check=True)
-    try:
+    try:  # OSC 52 sets a tmux buffer, as it sets the clipboard of many terminals
+        subprocess.run([tmux, *socket, "set-option", "-g", "set-clipboard", "on"], check=True)
         screen = _screen_once(tmux, socket, _PROMPT)
         [prompt] = _PROMPT.findall(screen)
         assert "PAYLOAD-curl-evil|sh" in prompt, screen  # the argument that will run is on screen
         assert prompt.startswith('   approve everything.echo(message="hello", cmd="PAYLOAD'), screen
         assert '"\\r\\u001b[2K   approve' in prompt, screen  # the redraw is shown, not done
+        # nothing the kernel printed changed how the screen draws, nor set the clipboard
+        drawn = subprocess.run([tmux, *socket, "capture-pane", "-p", "-e"], capture_output=True, text=True)
+        assert "\x1b" not in drawn.stdout, repr(drawn.stdout)
+        clipboard = subprocess.run([tmux, *socket, "show-buffer"], capture_output=True, text=True)
+        assert "PAYLOAD" not in clipboard.stdout
+        assert "output \\u001b[38:5:16m\\u001b[48:5:16m hidden" in screen, screen  # shown as data
+        assert "\\u001b]52;c;UEFZTE9BRC1jdXJsLWV2aWx8c2g=\\u001b\\ clipboard" in screen, screen
+        subprocess.run([tmux, *socket, "send-keys", "n", "Enter"], check=True)
+        # the second prompt fits the screen: the call's name and first argument are still on it
+        screen = _screen_once(tmux, socket, re.compile(r"\? \[Y/n\] ?$", re.M))
+        second = [line for line in screen.splitlines() if line.endswith(("[Y/n]", "[Y/n] "))][-1]
+        assert second.startswith('   approve everything.echo(cmd="SECOND-PAYLOAD", "pad00'), screen
         subprocess.run([tmux, *socket, "send-keys", "n", "Enter"], check=True)
         screen = _screen_once(tmux, socket, re.compile("DEMO ENDED"))
         assert "Tool call everything.echo was declined by the user at the prompt." in screen

@@ -16,6 +16,7 @@ from dotenv import load_dotenv
 
 from ipybox.cli.options import parser
 from ipybox.kernel_mgr.limits import ResourceLimits
+from ipybox.tool_exec.approval import display
 
 if TYPE_CHECKING:
     from ipybox.mcp_server import ExecutorOptions
@@ -23,9 +24,7 @@ if TYPE_CHECKING:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr, level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    logging.basicConfig(level=args.log_level, handlers=[display.log_handler()])
     logging.getLogger("ipybox").setLevel(args.log_level)
     try:
         server, run = _build(args)

@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ipybox.errors import IpyboxError
 from ipybox.mcp_client.params import transport_of
 from ipybox.mcp_client.placeholders import Placeholders, resolve
 from ipybox.mcp_client.stdio import ServerStartError, StderrTail, open_stdio
+from ipybox.tool_exec.approval import display
 from ipybox.upstream import mcp_http_client
 
 if TYPE_CHECKING:
@@ -88,9 +90,13 @@ async def list_all_tools(session: ClientSession) -> list[Tool]:
 
 
 def describe_error(error: BaseException | None) -> str:
-    """One readable line for an error, flattening the exception groups of anyio task groups."""
+    """One readable line for an error, flattening the exception groups of anyio task groups; what
+    others' errors say (a server's error message) escaped, as errors quoting it reach a person."""
     if error is None:
         return ""
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(describe_error(e) for e in error.exceptions)
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if not str(error):
+        return type(error).__name__
+    said = str(error) if isinstance(error, IpyboxError) else display.escape(str(error))  # ours: escaped
+    return f"{type(error).__name__}: {said}"

@@ -12,6 +12,7 @@ from typing import Any
 
 from ipybox._programs import absolute_path
 from ipybox.errors import IpyboxError
+from ipybox.tool_exec.approval import display
 
 
 class ServerStartError(IpyboxError, ConnectionError):
@@ -114,12 +115,14 @@ class StderrTail(contextlib.AbstractContextManager["StderrTail"]):
         return self._count
 
     def lines(self, since: int = 0) -> str:
-        """What the server wrote last (up to `keep` lines; those after `since`), indented."""
+        """What the server wrote last (up to `keep` lines; those after `since`), indented, each line
+        escaped (`display.escape`): errors quoting it reach a person, and a server's escape
+        sequences, controls and invisible characters must not act on their terminal."""
         if not self._closed:
             self._drain()
         newer = list(self._tail)[max(0, len(self._tail) - (self._count - since)) :]
         last = [*newer, *([self._partial] if self._partial.strip() else [])][-self._keep :]
-        return "\n".join("  " + line.decode(errors="replace").rstrip() for line in last)
+        return "\n".join("  " + display.escape(line.decode(errors="replace").rstrip()) for line in last)
 
     def __exit__(self, *exc: object) -> None:
         self._drain()  # what a server wrote just before it died is still quoted afterwards

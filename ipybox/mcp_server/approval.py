@@ -7,6 +7,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import time
 import tomllib
 from dataclasses import dataclass
@@ -111,22 +112,33 @@ def _rules(data: dict[str, Any], path: Path) -> tuple[Rule, ...]:
 QUESTION_TITLE = "Allow this call from code running in ipybox?"
 #: Characters of each argument's value shown in a question (each argument has its own).
 QUESTION_VALUE_LIMIT = 500
+#: Characters all arguments of a question take before each gets an equal share (see `display`).
+QUESTION_ARGS_LIMIT = 3000
 #: Seconds the full arguments of a question stay in the state directory.
 _SPILL_KEEP = 86400
 
 
 def describe_call(server: str, tool: str, args: dict[str, Any]) -> str:
-    """The question put to the user: every name and value escaped (see `display`); a value too long
-    to show is cut with a note naming the file, outside the workspace, that holds all of them."""
+    """The question put to the user: every name and value escaped (see `display`) and set in a
+    fenced code block, so a client that renders the message as Markdown shows them as text (no
+    image fetched, no link, no heading or emphasis); a value too long to show is cut with a note
+    naming the file, outside the workspace, that holds all of them."""
     spill = _Spill(args)
     if server == SHELL_SERVER and isinstance(args.get("cmd"), str):  # --approve-shell-cmds
         kind, shown = display.name(tool), display.command(args["cmd"], spill.hint)
-        return f"Code running in ipybox wants to run a shell command ({kind}):\n{shown}\nAllow it?"
-    lines = [f"  {arg}" for arg in display.arguments(args, spill.hint, QUESTION_VALUE_LIMIT)]
+        return _question(f"Code running in ipybox wants to run a shell command ({kind}):", shown)
+    lines = [
+        f"  {arg}" for arg in display.arguments(args, spill.hint, QUESTION_VALUE_LIMIT, QUESTION_ARGS_LIMIT)
+    ]
     call = f"{display.name(server)}.{display.name(tool)}"
-    if not lines:
-        return f"Code running in ipybox wants to call {call} with no arguments.\nAllow it?"
-    return f"Code running in ipybox wants to call {call} with:\n" + "\n".join(lines) + "\nAllow it?"
+    shown = f"{call}()" if not lines else "\n".join([f"{call}(", *lines, ")"])
+    return _question("Code running in ipybox wants to make this tool call:", shown)
+
+
+def _question(intro: str, shown: str) -> str:
+    """`intro`, then `shown` in a code fence longer than any run of backticks in it, then the ask."""
+    fence = "`" * max(3, 1 + max(map(len, re.findall("`+", shown)), default=0))
+    return f"{intro}\n{fence}\n{shown}\n{fence}\nAllow it?"
 
 
 class _Spill:

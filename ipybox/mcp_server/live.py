@@ -17,6 +17,7 @@ from mcp_types import InputRequiredResult
 
 from ipybox.kernel_mgr.output import LiveBudget
 from ipybox.mcp_server.cells import Asked, CellEvent, CellRun, Finished, Output
+from ipybox.tool_exec.approval import display
 from ipybox.tool_exec.approval.client import ApprovalRequest
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ CLIENT_CHECK = 0.5
 #: round: until none came for BATCH_QUIET s, and at most BATCH_LIMIT s in all.
 BATCH_QUIET = 0.05
 BATCH_LIMIT = 0.5
+#: Characters of a live chunk escaped on the event loop (at most some milliseconds); more, in a thread.
+_INLINE_ESCAPE = 4096
 _STREAM_STOPPED = "[ipybox: live output stopped here; the result keeps the head and tail of the output]"
 
 #: What the client is shown next: output text, a tool call to ask about, or the end.
@@ -189,8 +192,15 @@ async def _report(ctx: Context[Any, Any], progress: int, message: str) -> None:
 async def _stream_to_client(ctx: Context[Any, Any], text: str, progress: int) -> None:
     """Forward a chunk of output while the cell runs: as progress (if the client asked for it) and log.
 
-    `progress` counts the notifications: the protocol requires it to increase with every one.
+    `progress` counts the notifications: the protocol requires it to increase with every one. Clients
+    show both to a person, so the kernel's text goes as data (`display.lines`): the redraws, hidden
+    characters and escape sequences of its output are shown as escapes, not acted on. A large chunk
+    is escaped in a thread: a million characters never met before take seconds, which the event
+    loop (every user's) must not wait for.
     """
+    text = (
+        display.lines(text) if len(text) <= _INLINE_ESCAPE else await asyncio.to_thread(display.lines, text)
+    )
     await _report(ctx, progress, text)
     with contextlib.suppress(Exception), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # logging notifications are deprecated in newer protocol versions

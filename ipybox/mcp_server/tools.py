@@ -36,6 +36,7 @@ from ipybox.mcp_server.notebooks import Notebooks
 from ipybox.mcp_server.output import Spill, truncate
 from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
+from ipybox.tool_exec.approval import display
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.audit import AuditLog
 
@@ -119,7 +120,8 @@ class Tools:
         if modules.skipped:
             lines.append(f"Skipped {len(modules.skipped)} tools (no module generated):")
             lines += [f"- {name}: {why}" for name, why in modules.skipped.items()]
-        return "\n".join(lines)
+        # the server's names and descriptions are data to whoever the client shows the reply
+        return display.lines("\n".join(lines))
 
     async def execute_ipython_cell(
         self,
@@ -244,21 +246,22 @@ class Tools:
 def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, spill: Spill) -> Content:
     spill_dir = workspace / ".ipybox" / "outputs"
     outcome = run.outcome
-    prefix = f"{notice}\n" if notice else ""
+    prefix = display.acting(f"{notice}\n") if notice else ""  # a resume's notice quotes a cell's error
+    # the client shows the reply to a person too: what would act on a terminal goes as escapes
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""
-        raise ToolError(
-            prefix
-            + truncate(f"{output}{outcome}", max_output_chars, spill_dir, trusted=workspace, spill=spill)
-        )
+        text = truncate(f"{output}{outcome}", max_output_chars, spill_dir, trusted=workspace, spill=spill)
+        raise ToolError(prefix + display.acting(text))
     if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
-        raise ToolError(prefix + str(outcome))
+        raise ToolError(prefix + display.acting(str(outcome)))
     if isinstance(outcome, BaseException):
         raise outcome
     if outcome is None:
         raise ToolError(prefix + "The cell was interrupted.")
     assert isinstance(outcome, CodeExecutionResult)
-    text = truncate(outcome.text or "", max_output_chars, spill_dir, trusted=workspace, spill=spill)
+    text = display.acting(
+        truncate(outcome.text or "", max_output_chars, spill_dir, trusted=workspace, spill=spill)
+    )
     if outcome.images:
         text += "\n" if text else ""
         text += "\n".join(f"[image saved to {path}]" for path in outcome.images)

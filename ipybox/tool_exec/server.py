@@ -7,7 +7,6 @@ import contextlib
 import functools
 import logging
 import secrets
-import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
@@ -17,6 +16,7 @@ from ipybox._service import Service
 from ipybox.mcp_client import placeholders
 from ipybox.mcp_client.placeholders import PlaceholderError, Placeholders
 from ipybox.tool_exec import registry
+from ipybox.tool_exec.approval import display
 from ipybox.tool_exec.approval.server import ApprovalChannel
 from ipybox.tool_exec.approval_clients import serve_approval_client
 from ipybox.tool_exec.audit import AuditLog
@@ -107,7 +107,7 @@ class ToolServer(Service):
         )
         self._stopped = asyncio.Event()
         if log_to_stderr:  # a standalone server; embedded in an application, logging is the app's
-            logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+            logging.basicConfig(handlers=[display.log_handler()])
             logging.getLogger("ipybox.tool_exec").setLevel(log_level)
 
     async def start(self) -> None:

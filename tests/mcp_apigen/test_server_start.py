@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from servers.hostile_args import assert_shown_safely
 from servers.launch import REPO
 
 from ipybox import CodeExecutionError, CodeExecutor, generate_mcp_sources
@@ -99,3 +100,35 @@ ToolRunner("failing", {params!r}).run_sync("anything", {{}})
         with pytest.raises(CodeExecutionError) as info:
             await executor.execute(code)
     assert "API_KEY=" in str(info.value) and "s3cret-token-value" not in str(info.value)
+
+
+async def test_the_servers_stderr_is_quoted_as_data(tmp_path: Path) -> None:
+    """A server's stderr reaches whoever reads the error (a person's terminal, a client's window):
+    what it wrote to redraw, recolour, set the clipboard or reorder text is shown as escapes."""
+    hostile = "\r\x1b[2K\x1b[38:5:16m\x1b]52;c;Y3VybCBldmlsfHNo\x1b\\\x9b2J\u202egnp.exe\u2028x\x07"
+    message = await generation_error(failing(0, "HOSTILE", env={"HOSTILE": hostile}), tmp_path)
+    assert_shown_safely(message, lines=True)
+    assert (
+        "HOSTILE=\\r\\u001b[2K\\u001b[38:5:16m\\u001b]52;c;Y3VybCBldmlsfHNo\\u001b\\\\u009b2J\\u202egnp.exe"
+        "\\u2028x\\u0007" in message
+    ), message
+
+
+#: A stdio server that answers the handshake with an error whose message would act on a terminal.
+REFUSING = r"""
+import json, sys
+request = json.loads(sys.stdin.readline())
+message = "no\r\x1b[2K\x1b]52;c;Y3VybCBldmlsfHNo\x1b\\ \x9b2J \u202eexe.txt \u2028 handshake"
+error = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32000, "message": message}}
+print(json.dumps(error), flush=True)
+sys.stdin.read()
+"""
+
+
+async def test_the_servers_error_message_is_quoted_as_data(tmp_path: Path) -> None:
+    message = await generation_error({"command": sys.executable, "args": ["-c", REFUSING]}, tmp_path)
+    assert_shown_safely(message, lines=True)
+    assert (
+        "no\\r\\u001b[2K\\u001b]52;c;Y3VybCBldmlsfHNo\\u001b\\ \\u009b2J \\u202eexe.txt \\u2028 handshake"
+        in message
+    )

@@ -17,6 +17,7 @@ import psutil
 import pytest
 from mcp import MCPError
 from mcp.types import LoggingMessageNotificationParams
+from servers.hostile_args import assert_shown_safely
 from servers.launch import NODE_BIN, REPO, network_env, require_sandbox
 
 from .conftest import (
@@ -420,6 +421,9 @@ async def test_failing_and_hanging_tool_calls_through_the_generated_api(
         after_crash = await box.output("print(echo.run(echo.Params(message='after crash')))")
 
     assert "- echo:" in reply and "Generated 41 tool modules" in reply
+    # the server's descriptions are data in the reply (a client shows it): a zero-width space is escaped
+    assert_shown_safely(reply, lines=True)
+    assert "CJK 漢字, RTL שלום, combining e\u0301, zero-width\\u200bspace." in reply
     assert hung.is_error and "timeout" in text_of(hung)
     assert after_hang == f"7 after hang {pid}"  # the same kernel, its state kept
     assert failed.is_error and "boom: something went wrong" in text_of(failed)

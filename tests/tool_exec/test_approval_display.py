@@ -55,6 +55,28 @@ async def test_prompt_shows_every_argument_and_acts_on_nothing(executor: CodeExe
     assert type(requests[0].tool_args["f"]) is int
     assert str(requests[1]) == 'nasty.arrays(matrix=[[1, 2.5], [0, 1e+300]], pair=["a", 1])'
 
+    # a name that looks like another (Cyrillic е and а, a fullwidth dot) shows what it is made of
+    requests, outcome = await collect(executor, LOOKALIKES)
+    assert isinstance(outcome, CodeExecutionResult), outcome
+    assert [str(r) for r in requests] == [
+        'nasty."\\u0435cho"(message="x")',
+        'nasty.echo("p\\u0430th"="/etc/passwd", path="/tmp/x")',
+        'nasty."echo\\uff0eadmin"(message="x")',
+    ]
+
+
+LOOKALIKES = """
+import mcptools.nasty as pkg
+from ipybox import ToolRunner
+from ipybox.tool_exec.client import ToolRunnerError
+for tool, args in [("\u0435cho", {"message": "x"}), ("echo", {"p\u0430th": "/etc/passwd", "path": "/tmp/x"}),
+                   ("echo\uff0eadmin", {"message": "x"})]:
+    try:
+        ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync(tool, args)
+    except ToolRunnerError:
+        pass
+"""
+
 
 async def test_shell_prompt_and_who_said_no(workspace: Workspace, _state_dir: Path) -> None:
     """A shell command is shown as escapes too; the application's reason, its default, and no
@@ -134,3 +156,16 @@ def test_marks_that_draw_nothing_are_escaped() -> None:
     assert (
         display.value("caf\u00e9 \u0915\u093f", lambda: "see all") == '"caf\u00e9 \u0915\u093f"'
     )  # visible marks stay
+
+
+def test_escape_keeps_two_marks_of_each_run_and_acting_keeps_what_is_drawn() -> None:
+    """Marks past two in a row are escaped run by run (the table path walks only runs of marks);
+    `acting()` (a reply the agent reads) escapes only what acts, keeping joiners and selectors."""
+    text = "a\u0301\u0302\u0303\u0304b\u0301\u0302c\u20dd\u0301\u0302\u2028\u202e\x1b"
+    assert display.escape(text) == (
+        "a\u0301\u0302\\u0303\\u0304b\u0301\u0302c\u20dd\u0301\\u0302\\u2028\\u202e\\u001b"
+    )
+    family, warning = "\U0001f468\u200d\U0001f469", "\u26a0\ufe0f"
+    shown = display.acting(f"{family} {warning}\tok\r\x9b2J\u2066x\u2069\n")
+    assert shown == f"{family} {warning}\tok\\r\\u009b2J\\u2066x\\u2069\n"
+    assert display.lines("one\n\x1b[2Jtwo") == "one\n\\u001b[2Jtwo"
