@@ -57,6 +57,22 @@ def truncate(
     return text[:head] + marker + (text[-tail:] if tail else "")
 
 
+def as_shown(text: str) -> str:
+    """`text` with its carriage returns applied as a terminal applies them: what follows a `\r`
+    is written over the start of its line. A progress bar's hundred updates of one line leave
+    the last one, as the person who ran the cell saw it, instead of all of them."""
+    if "\r" not in text:
+        return text
+    return "\n".join(_overwritten(line) if "\r" in line else line for line in text.split("\n"))
+
+
+def _overwritten(line: str) -> str:
+    shown = ""
+    for part in line.split("\r"):
+        shown = part + shown[len(part) :]
+    return shown
+
+
 @contextlib.contextmanager
 def _open_dir(path: Path, trusted: Path) -> Iterator[int]:
     """A descriptor of `path`, made if missing; below `trusted` walked without following links."""

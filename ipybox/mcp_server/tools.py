@@ -33,7 +33,7 @@ from ipybox.mcp_server.kernels import (
 )
 from ipybox.mcp_server.live import LiveView, follow, interrupted_if_client_leaves
 from ipybox.mcp_server.notebooks import Notebooks
-from ipybox.mcp_server.output import Spill, truncate
+from ipybox.mcp_server.output import Spill, as_shown, truncate
 from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
 from ipybox.tool_exec.approval import display
@@ -250,7 +250,9 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, sp
     # the client shows the reply to a person too: what would act on a terminal goes as escapes
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""
-        text = truncate(f"{output}{outcome}", max_output_chars, spill_dir, trusted=workspace, spill=spill)
+        text = truncate(
+            as_shown(f"{output}{outcome}"), max_output_chars, spill_dir, trusted=workspace, spill=spill
+        )
         raise ToolError(prefix + display.acting(text))
     if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
         raise ToolError(prefix + display.acting(str(outcome)))
@@ -260,7 +262,7 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, sp
         raise ToolError(prefix + "The cell was interrupted.")
     assert isinstance(outcome, CodeExecutionResult)
     text = display.acting(
-        truncate(outcome.text or "", max_output_chars, spill_dir, trusted=workspace, spill=spill)
+        truncate(as_shown(outcome.text or ""), max_output_chars, spill_dir, trusted=workspace, spill=spill)
     )
     if outcome.images:
         text += "\n" if text else ""

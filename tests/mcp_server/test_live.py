@@ -2,7 +2,8 @@
 
 Every character of it comes from kernel code, so it reaches the client as data: the redraws and
 hidden characters of `servers.hostile_args` are escapes there, lines stay lines. The cell's result
-(for the agent, shown by clients too) has only the characters that act escaped."""
+(for the agent, shown by clients too) has carriage returns applied as a terminal applies them and
+the other characters that act escaped."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ PRINTS = CASES + (
     "sys.stdout.write('[8m hidden\\n'); sys.stdout.flush()\n"
     "print('two\\nlines\\tand a tab', flush=True)\n"
     "print('large \\x9b2J' + '\\u6f22' * 10_000, flush=True)\n"  # escaped off the event loop
+    "for i in range(5):\n"
+    "    print(f'\\rprogress {i}/4', end='', flush=True)\n"
+    "print()\n"
 )
 
 
@@ -56,5 +60,8 @@ async def test_live_output_reaches_the_client_as_data(workspace: Path, state_dir
     # the result, which the client shows too: only what acts escaped, what is drawn kept
     result_text = text_of(result)
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]", result_text)
-    assert "before \\r after" in result_text and "split \\u001b[8m hidden" in result_text
+    assert "split \\u001b[8m hidden" in result_text
+    # carriage returns as a terminal applies them: a progress bar's last state, a line's overwrite
+    assert "progress 4/4" in result_text and "progress 3/4" not in result_text
+    assert "before \\r after" not in result_text and " after " in result_text.splitlines()
     assert "before hi\U000e0173" in result_text  # a tag character, drawn as nothing, kept for the agent
