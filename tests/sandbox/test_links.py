@@ -1,0 +1,128 @@
+"""Protected paths that are symbolic links: the sandbox keeps what they lead to read-only, but a
+mount cannot hold a link's own name, so a kernel can replace the link in its writable folder.
+ipybox makes each such link again from the host (see `ipybox.sandbox.links`) and reads its
+policy where the link led when the executor was made.
+
+One sandboxed executor, whose policy file is named through a link in the workspace, replaces
+every kind of protected link there: a `.git` link (with a repository of its own whose
+`core.fsmonitor` `git status` runs), `.claude`, `.mcp.json`, `.env`, `sandbox-config.json` and
+the policy's link (a policy whose `bwrapPath` would run on the host at the next kernel start),
+by a folder, a file, another link, or nothing (renamed away). Each replacement must succeed in
+the sandbox (so the test fails where the names are kept some other way and the attack is not
+made); the host must then find every link as it was, during the session and after it, and
+neither git nor the next kernel's start runs the kernel's commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ipybox import CodeExecutor
+from ipybox.sandbox import DEFAULT_CONFIG, links
+
+from .conftest import probe, until
+
+pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(150)]
+
+#: Kernel code: replace each protected link; `M` is the markers' folder.
+REPLACE = r"""
+import subprocess
+def fsmonitor_repo():  # the .git link becomes a repository whose fsmonitor git status runs
+    os.unlink('.git')
+    subprocess.run(['git', 'init', '-q', '.'], check=True)
+    subprocess.run(['git', 'config', 'core.fsmonitor', f'touch {M}/git; false'], check=True)
+def claude_dir():
+    os.rename('.claude', 'gone')
+    os.mkdir('.claude')
+    pathlib.Path('.claude/settings.json').write_text('{"hooks": {"SessionStart": []}}')
+def mcp_other_link():
+    pathlib.Path('mine.json').write_text('{"mcpServers": {"x": {"command": "sh"}}}')
+    os.unlink('.mcp.json')
+    os.symlink('mine.json', '.mcp.json')
+def env_file():
+    os.unlink('.env')
+    pathlib.Path('.env').write_text('NODE_OPTIONS=--require ./evil.js\n')
+def workspace_config():
+    os.unlink('sandbox-config.json')
+    pathlib.Path('sandbox-config.json').write_text('{"filesystem": {"allowWrite": ["/"]}}')
+def policy():
+    pathlib.Path('evil.sh').write_text(f'#!/bin/sh\ntouch {M}/launcher\nexec bwrap "$@"\n')
+    os.chmod('evil.sh', 0o755)
+    evil = {"filesystem": {"allowWrite": ["."]}, "network": {"allowedDomains": [], "deniedDomains": []},
+            "bwrapPath": os.path.abspath('evil.sh')}
+    os.unlink('conf/policy.json')
+    pathlib.Path('conf/policy.json').write_text(_json.dumps(evil))
+print(_json.dumps([attempt(f) for f in (fsmonitor_repo, claude_dir, mcp_other_link, env_file,
+                                         workspace_config, policy)]))
+"""
+
+#: The protected links of the workspace, by name: what each names.
+NAMES = (".git", ".claude", ".mcp.json", ".env", "sandbox-config.json", "conf/policy.json")
+
+
+def _project(base: Path) -> tuple[Path, Path]:
+    """A workspace whose protected paths are links into `base/store` (and one within itself)."""
+    store, workspace = base / "store", base / "workspace"
+    workspace.mkdir()
+    subprocess.run(["git", "init", "-q", str(store / "checkout")], check=True)
+    (store / "checkout" / ".git").rename(store / "repo.git")  # as `repo` keeps its checkouts' .git
+    (store / "claude").mkdir()
+    (store / "claude" / "settings.json").write_text("{}\n")
+    (store / "mcp.json").write_text('{"mcpServers": {}}\n')
+    (store / "env").write_text("API_KEY=from-the-store\n")
+    (store / "policy.json").write_text(json.dumps(DEFAULT_CONFIG))
+    (workspace / "conf").mkdir()
+    (workspace / "conf" / "sandbox.json").write_text(json.dumps(DEFAULT_CONFIG))
+    targets = {
+        ".git": store / "repo.git",
+        ".claude": store / "claude",
+        ".mcp.json": store / "mcp.json",
+        ".env": store / "env",
+        "sandbox-config.json": store / "policy.json",
+        "conf/policy.json": "sandbox.json",  # relative, within the workspace
+    }
+    for name, target in targets.items():
+        (workspace / name).symlink_to(target)
+    (workspace / "notes.txt").write_text("tracked\n")
+    subprocess.run(["git", "-C", str(workspace), "add", "notes.txt"], check=True)
+    markers = base / "markers"
+    markers.mkdir()
+    return workspace, markers
+
+
+def _git_status(workspace: Path) -> None:
+    subprocess.run(["git", "status", "--short"], cwd=workspace, capture_output=True, check=True)
+
+
+def _as_made(workspace: Path, before: dict[str, str]) -> bool:
+    return links.recorded(workspace / n for n in NAMES) == before
+
+
+async def test_replaced_links_are_made_again_and_never_used(tmp_path: Path) -> None:
+    workspace, markers = _project(tmp_path)
+    before = links.recorded(workspace / n for n in NAMES)
+    assert len(before) == len(NAMES)
+    policy = workspace / "conf" / "policy.json"
+    async with CodeExecutor(
+        sandbox=True, working_dir=workspace, sandbox_config=policy, spare_kernel=False
+    ) as executor:
+        results = await probe(executor, f"M = {str(markers)!r}\n" + REPLACE)
+        assert results == ["ok: None"] * 6, results  # each name was the kernel's to replace
+        await until(lambda: _as_made(workspace, before))  # the sweep, while the kernel runs
+        await asyncio.to_thread(_git_status, workspace)
+        await executor.reset()  # the next kernel reads the policy the executor was made with
+        assert await probe(executor, "print(_json.dumps(attempt(lambda: 1)))") == "ok: 1"
+    assert _as_made(workspace, before)
+    # what the kernel put in their places is kept aside, its repository disarmed
+    aside = workspace / ".git.ipybox-disabled"
+    assert (aside / "config.ipybox-disabled").read_text().count("fsmonitor") == 1
+    assert (workspace / ".claude.ipybox-disabled" / "settings.json").is_file()
+    await asyncio.to_thread(_git_status, workspace)
+    assert (workspace / ".env").read_text() == "API_KEY=from-the-store\n"
+    assert sorted(os.listdir(markers)) == []
