@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -34,28 +34,31 @@ def recorded(paths: Iterable[Path]) -> dict[str, str]:
     return found
 
 
-def restore(links: dict[str, str]) -> list[str]:
+def restore(links: dict[str, str], real: Callable[[str], str] = os.path.realpath) -> list[str]:
     """Make each of `links` (path: what it names) that is no longer that link the link again,
-    with what was in its place renamed aside; the paths restored."""
+    with what was in its place renamed aside; the paths restored. `real` gives the real path
+    of a link's folder as it was (no folder on the way may have become a link since: the host
+    would then write where the kernel's link leads)."""
     restored = []
     for path, target in links.items():
         with contextlib.suppress(OSError):
             if os.readlink(path) == target:
                 continue
         try:
-            if _restore(path, target):
+            if _restore(path, target, real(os.path.dirname(path))):
                 restored.append(path)
         except OSError as e:  # the next sweep tries again
             logger.warning("cannot restore the link %r that a sandboxed kernel replaced: %s", path, e)
     return restored
 
 
-def _restore(path: str, target: str) -> bool:
+def _restore(path: str, target: str, real_folder: str) -> bool:
     folder, name = os.path.split(path)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        if os.path.realpath(f"/proc/self/fd/{fd}") != os.path.realpath(folder):
-            return False  # a folder on the way was swapped for a link meanwhile
+        if os.path.realpath(f"/proc/self/fd/{fd}") != real_folder:
+            logger.warning("not restoring the link %r: a folder on its way is a link now", path)
+            return False
         with contextlib.suppress(FileNotFoundError):
             os.lstat(name, dir_fd=fd)
             os.rename(name, _free(fd, name + _ASIDE), src_dir_fd=fd, dst_dir_fd=fd)

@@ -160,7 +160,7 @@ class RepoSweep:
         `limit`, at most that many directories of each root are walked, and the next sweep goes
         on from there (every directory is reached in turn, however many a kernel makes)."""
         with self._lock:
-            links.restore(self.links)  # first: what took a link's place is walked below
+            links.restore(self.links, self._real_path)  # first: what took a link's place is walked below
             self._take_read_only()
             disarmed = []
             for git_dir in dict.fromkeys(self._git_dirs(limit)):

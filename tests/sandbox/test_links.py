@@ -28,7 +28,7 @@ from ipybox.sandbox import DEFAULT_CONFIG, links
 
 from .conftest import probe, until
 
-pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.timeout(150)]
 
 #: Kernel code: replace each protected link; `M` is the markers' folder.
 REPLACE = r"""
@@ -104,6 +104,7 @@ def _as_made(workspace: Path, before: dict[str, str]) -> bool:
     return links.recorded(workspace / n for n in NAMES) == before
 
 
+@pytest.mark.usefixtures("srt_available")
 async def test_replaced_links_are_made_again_and_never_used(tmp_path: Path) -> None:
     workspace, markers = _project(tmp_path)
     before = links.recorded(workspace / n for n in NAMES)
@@ -126,3 +127,26 @@ async def test_replaced_links_are_made_again_and_never_used(tmp_path: Path) -> N
     await asyncio.to_thread(_git_status, workspace)
     assert (workspace / ".env").read_text() == "API_KEY=from-the-store\n"
     assert sorted(os.listdir(markers)) == []
+
+
+def test_a_link_whose_folder_became_a_link_is_left_alone(tmp_path: Path) -> None:
+    """The host never writes where a kernel's link leads: a folder on the way to a protected link
+    that was swapped for a link (to a folder of the user's outside the workspace) stops the
+    restore, and the user's folder stays as it was."""
+    root, outside = tmp_path / "workspace", tmp_path / "outside"
+    (root / "deep" / "x").mkdir(parents=True)
+    (root / "deep" / "x" / ".claude").symlink_to("../../shared")
+    (outside / "x" / ".claude").mkdir(parents=True)  # the user's own, elsewhere
+    kept = links.recorded([root / "deep" / "x" / ".claude"])
+    real = {str(root / "deep" / "x"): os.path.realpath(root / "deep" / "x")}
+    (root / "deep").rename(root / "gone")
+    (root / "deep").symlink_to(outside)  # the kernel's link, where a folder was
+    assert links.restore(kept, real.__getitem__) == []
+    assert sorted(os.listdir(outside / "x")) == [".claude"] and (outside / "x" / ".claude").is_dir()
+    (root / "deep").unlink()
+    (root / "deep").mkdir()
+    (root / "deep" / "x").mkdir()
+    (root / "deep" / "x" / ".claude").write_text("the kernel's\n")  # in the folder itself: restored
+    assert links.restore(kept, real.__getitem__) == [str(root / "deep" / "x" / ".claude")]
+    assert os.readlink(root / "deep" / "x" / ".claude") == "../../shared"
+    assert (root / "deep" / "x" / ".claude.ipybox-disabled").read_text() == "the kernel's\n"
