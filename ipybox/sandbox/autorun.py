@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import subprocess
 from collections import deque
@@ -63,6 +64,23 @@ def hook_standins(root: Path) -> dict[Path, str]:
     if not any(os.path.lexists(root / n) for n in names if "-local" not in n):
         return {}
     return {root / n: "file" if n.endswith(".toml") else "json" for n in names if "-local" in n}
+
+
+#: mise's project configuration: `mise.toml` and `.mise.toml` with their `.local` and per
+#: environment (`MISE_ENV`: `mise.staging.toml`) variants, `.mise/` and `mise/` (their
+#: `config.toml`), and `mise.toml` or `mise/` in `.config/`. mise trusts such a file by its path
+#: (`mise trust`, or a `trusted_config_paths` prefix), not its content, so a shell with
+#: `mise activate` runs what a trusted file's `[env]` (`_.source` scripts, `exec()` templates) and
+#: `[hooks]` say on every prompt in the folder and below, whatever was written since.
+_MISE = re.compile(r"\.?mise(?:\.[^/]+)?\.toml|\.?mise")
+
+
+def _trusted_by_path(folder: Path, name: str) -> bool:
+    """Whether `folder/name` is a configuration that a tool runs commands from once its path
+    was trusted (see `_MISE`); cheap for other names (looked up for every entry)."""
+    if "mise" not in name or not _MISE.fullmatch(name):
+        return False
+    return name != "mise" or folder.name == ".config" or os.path.lexists(folder / name / "config.toml")
 
 
 #: Names protected whole wherever they exist in a writable directory: git's repository (or a
@@ -176,7 +194,7 @@ def scan(
             found.truncated = True
         for entry in reads.entries_of(folder):
             path = Path(entry.path)
-            if entry.name in AUTORUN_NAMES:
+            if entry.name in AUTORUN_NAMES or _trusted_by_path(folder, entry.name):
                 found.protected.append(path)
                 if entry.name == ".git":
                     found.protected += _git_dirs(path)

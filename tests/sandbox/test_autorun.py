@@ -184,6 +184,39 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
     assert all(k.startswith(("alias-", "staging", "loose")) for k in changed), changed
 
 
+async def test_configurations_trusted_by_path_cannot_be_changed(workspace: Path) -> None:
+    """mise runs a trusted `mise.toml`'s `[env]` scripts and `[hooks]` on every prompt of a shell
+    with `mise activate`, and trusts by path, not content: each of its configuration files that
+    exists, at any depth, cannot be changed; files that only look alike stay writable."""
+    protected = [
+        "mise.toml",
+        "pkg/.mise.toml",
+        "pkg/mise.local.toml",
+        "pkg/deep/mise.staging.toml",
+        ".config/mise.toml",
+        ".config/mise/config.toml",
+        "pkg/.mise/config.toml",
+        "mise/config.local.toml",
+    ]
+    free = ["pkg/promise.toml", "pkg/mise.txt", "pkg/mise.toml.orig", "pkg/mise/notes.txt"]
+    for name in [*protected, *free]:
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text("[env]\n")
+    (workspace / "mise" / "config.toml").write_text("[env]\n")
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(
+            executor,
+            TAMPER
+            + f"out = {{t: tamper(t) for t in {protected!r}}}\n"
+            + f"out['free'] = [attempt(lambda: open(t, 'a').write('x')) for t in {free!r}]\n"
+            + "print(_json.dumps(out))",
+        )
+    assert result.pop("free") == ["ok: 1"] * len(free)
+    for target, outcomes in result.items():
+        assert not [o for o in outcomes if o.startswith("ok")], (target, outcomes)
+    assert all((workspace / name).read_text() == "[env]\n" for name in protected)
+
+
 async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
     """An include file or hooks directory the repository's config names but nobody made yet
     (hooks not set up, no local override) stays absent: written by the kernel, git on the host
