@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -164,7 +165,33 @@ def _get_file(fd: int, name: str, path: Path, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         with os.fdopen(os.open(target, flags, 0o666), "wb") as out:
-            shutil.copyfileobj(f, out, CHUNK)
+            _copy_data(f.fileno(), out.fileno())
+
+
+def _copy_data(source: int, target: int) -> None:
+    """Copy the file `source` to the empty file `target` as it lies on disk: its holes stay holes.
+    A kernel makes a sparse file of a terabyte for nothing (`truncate`); copied byte by byte, it
+    filled the host's disk with zeros, and took hours. Only what the file held when opened is
+    copied (a file the kernel keeps growing is not followed)."""
+    size = os.fstat(source).st_size
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(source, offset, os.SEEK_DATA)
+            end = min(os.lseek(source, start, os.SEEK_HOLE), size)
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                break  # only a hole is left
+            start, end = offset, size  # holes not known here: copy it all
+        offset = end
+        while start < end:
+            data = os.pread(source, min(CHUNK, end - start), start)
+            if not data:
+                offset = size  # cut short meanwhile
+                break
+            os.pwrite(target, data, start)
+            start += len(data)
+    os.ftruncate(target, min(size, os.fstat(source).st_size))
 
 
 def _inside(root: Path, rel: str) -> Path:
