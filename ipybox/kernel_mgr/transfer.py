@@ -126,7 +126,8 @@ def _get_tree(fd: int, path: Path, target: Path) -> None:
             # Removed (or replaced) since the listing: the kernel is still changing the tree (as `tar` and
             # `rsync` do, the copy goes on without it rather than losing everything else).
             logger.warning(
-                "%s was removed while it was being downloaded; the copy goes on without it", path / entry.name
+                "%r was removed while it was being downloaded; the copy goes on without it",
+                str(path / entry.name),  # the kernel's name, shown as data (repr), never as terminal control
             )
 
 
