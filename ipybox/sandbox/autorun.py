@@ -155,6 +155,12 @@ _NOT_WALKED = frozenset(("node_modules", "__pycache__", "HEAD"))
 _ENVIRONMENT_MARKERS = ("pyvenv.cfg", "conda-meta")
 
 
+#: Folders of data in a git directory (objects, refs, logs), not searched for links.
+_GIT_DATA = frozenset(("objects", "refs", "logs", "lfs", "rr-cache"))
+
+#: At most this many entries of one protected path are searched for links.
+MAX_LINK_SEARCH = 1000
+
 _told: set[Path] = set()  # roots whose unguarded directories were logged
 
 
@@ -224,6 +230,62 @@ def scan(
         p: kind for p, kind in missing.items() if not any(p.is_relative_to(q) for q in found.protected)
     }
     return found
+
+
+def link_targets(protected: Iterable[Path], roots: Iterable[Path]) -> tuple[list[Path], dict[Path, str]]:
+    """Where the links in the `protected` paths lead in the writable `roots`: a mount keeps a link
+    as it is, not what it leads to, and hooks are often shared that way (`.git/hooks/pre-commit`
+    linked to a tracked `scripts/pre-commit`, which git then runs on every commit), as are
+    settings (`.claude/settings.json` linked to a file beside it). Each hop of each link there:
+    those that exist (to keep read-only; links among them are restored if replaced) and those
+    missing (path: the kind of stand-in, an empty file, or folder for a `hooks` link).
+    Python environments are not searched (their links lead to interpreters)."""
+    writable = list(roots)
+    found: list[Path] = []
+    missing: dict[Path, str] = {}
+    for path in protected:
+        if is_environment(path):
+            continue
+        for link in _links_in(path):
+            for hop in _hops(link):
+                if not reads.within(hop, writable):
+                    break
+                if os.path.lexists(hop):
+                    found.append(hop)
+                else:
+                    missing[hop] = "dir" if link.name == "hooks" else "file"
+    return found, missing
+
+
+def _links_in(path: Path) -> list[Path]:
+    """The links in the protected `path` (itself, or below it: up to `MAX_LINK_SEARCH` entries,
+    without a git directory's data)."""
+    if os.path.islink(path):
+        return [path]
+    found: list[Path] = []
+    pending, seen = deque([path]), 0
+    while pending and seen < MAX_LINK_SEARCH:
+        for entry in reads.entries_of(pending.popleft()):
+            seen += 1
+            if entry.is_symlink():
+                found.append(Path(entry.path))
+            elif entry.name not in _GIT_DATA and entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+    return found
+
+
+def _hops(link: Path) -> list[Path]:
+    """Each path the link `link` leads through, in turn (at most 40, as the system follows)."""
+    hops: list[Path] = []
+    current = link
+    for _ in range(40):
+        try:
+            text = os.readlink(current)
+        except OSError:
+            break
+        current = Path(os.path.abspath(os.path.join(os.path.realpath(current.parent), text)))
+        hops.append(current)
+    return hops
 
 
 def is_environment(path: Path) -> bool:

@@ -526,6 +526,9 @@ def _protect_writable(
             pins.append(folder)
         if root == workspace:
             standins |= {root / ".env": "dir", root / WORKSPACE_CONFIG: "dir"}
+    linked, missing = autorun.link_targets(found, roots)  # what links there lead to: kept too
+    found += linked
+    standins |= {path: kind for path, kind in missing.items() if path not in standins}
     standins |= dict.fromkeys(user_denied, "dir")
     standins |= {path: "file" for path in keep}
     found += _make_standins(standins, roots, placeholders)

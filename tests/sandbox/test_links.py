@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -32,6 +33,7 @@ pytestmark = [pytest.mark.timeout(150)]
 
 #: Kernel code: replace each protected link; `M` is the markers' folder.
 REPLACE = r"""
+import shutil
 import subprocess
 def fsmonitor_repo():  # the .git link becomes a repository whose fsmonitor git status runs
     os.unlink('.git')
@@ -150,3 +152,78 @@ def test_a_link_whose_folder_became_a_link_is_left_alone(tmp_path: Path) -> None
     assert links.restore(kept, real.__getitem__) == [str(root / "deep" / "x" / ".claude")]
     assert os.readlink(root / "deep" / "x" / ".claude") == "../../shared"
     assert (root / "deep" / "x" / ".claude.ipybox-disabled").read_text() == "the kernel's\n"
+
+
+#: Kernel code: write where each protected link leads, `M` the markers' folder.
+REWRITE = r"""
+def hook(path, name):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pathlib.Path(path).write_text(f'#!/bin/sh\ntouch {M}/{name}\n')
+    os.chmod(path, 0o755)
+out = {
+    'hook': attempt(lambda: hook('scripts/pre-commit', 'hook')),
+    'chain': attempt(lambda: hook('scripts/run-tests.sh', 'chain')),
+    'missing': attempt(lambda: hook('scripts/post-commit', 'missing')),
+    'hooks-dir': attempt(lambda: hook('githooks/commit-msg', 'hooks-dir')),
+    'config': attempt(lambda: open('gitconfig', 'a').write(f'[core]\n\tfsmonitor = touch {M}/config\n')),
+    'claude': attempt(lambda: pathlib.Path('shared/claude.json').write_text('{"hooks": {}}')),
+    'free': attempt(lambda: pathlib.Path('scripts/other.sh').write_text('free')),
+}
+print(_json.dumps(out))
+"""
+
+
+@pytest.mark.usefixtures("srt_available")
+async def test_what_links_in_protected_paths_lead_to_is_protected(tmp_path: Path) -> None:
+    """Hooks shared through links (`.git/hooks/pre-commit` to a tracked script, through a second
+    link, or to one not written yet; `.git/hooks` itself to a tracked folder), a repository's
+    config linked to a tracked file, Claude Code's settings linked to a file beside them: the
+    kernel writes none of what they lead to, and neither `git commit` nor `git status` on the
+    host runs anything of its; the stand-in for the missing hook leaves no trace."""
+    workspace, sub, markers = _linked_project(tmp_path)
+    status = await asyncio.to_thread(_git, workspace, "status", "--porcelain")
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(executor, f"M = {str(markers)!r}\n" + REWRITE)
+        assert await asyncio.to_thread(_git, workspace, "status", "--porcelain") == status
+    assert result.pop("free") == "ok: 4"
+    assert not [o for o in result.values() if o.startswith("ok")], result
+    for repo in (workspace, sub):
+        await asyncio.to_thread(_git, repo, "commit", "-q", "--allow-empty", "-m", "after the session")
+    assert await asyncio.to_thread(_git, workspace, "status", "--porcelain") == status
+    assert os.listdir(markers) == []
+
+
+def _linked_project(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A repository (with one inside it) whose hooks, config and Claude Code settings are links
+    to files of the work tree; and the markers' folder."""
+    workspace, markers = tmp_path / "workspace", tmp_path / "markers"
+    markers.mkdir()
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    sub = workspace / "sub"
+    subprocess.run(["git", "init", "-q", str(sub)], check=True)
+    (workspace / "scripts").mkdir()
+    (workspace / "githooks").mkdir()
+    (workspace / "shared").mkdir()
+    for name in ("pre-commit", "run-tests.sh", "other.sh"):
+        (workspace / "scripts" / name).write_text("#!/bin/sh\n")
+        (workspace / "scripts" / name).chmod(0o755)
+    (workspace / "scripts" / "check").symlink_to("run-tests.sh")
+    (workspace / "gitconfig").write_text((workspace / ".git" / "config").read_text())
+    (workspace / "shared" / "claude.json").write_text("{}\n")
+    hooks = workspace / ".git" / "hooks"
+    (hooks / "pre-commit").symlink_to("../../scripts/pre-commit")
+    (hooks / "pre-push").symlink_to("../../scripts/check")  # a link to a link
+    (hooks / "post-commit").symlink_to("../../scripts/post-commit")  # not there yet
+    (workspace / ".git" / "config").unlink()
+    (workspace / ".git" / "config").symlink_to("../gitconfig")
+    shutil.rmtree(sub / ".git" / "hooks")
+    (sub / ".git" / "hooks").symlink_to("../../githooks")
+    (workspace / ".claude").mkdir()
+    (workspace / ".claude" / "settings.json").symlink_to("../shared/claude.json")
+    (workspace / "notes.txt").write_text("x\n")
+    return workspace, sub, markers
+
+
+def _git(cwd: Path, *args: str) -> str:
+    who = ["-c", "user.name=someone", "-c", "user.email=someone@example.com"]
+    return subprocess.run(["git", *who, *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
