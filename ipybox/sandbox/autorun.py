@@ -158,6 +158,10 @@ _ENVIRONMENT_MARKERS = ("pyvenv.cfg", "conda-meta")
 #: Folders of data in a git directory (objects, refs, logs), not searched for links.
 _GIT_DATA = frozenset(("objects", "refs", "logs", "lfs", "rr-cache"))
 
+#: At most this many repositories of one writable root (the shallowest) have git's
+#: configuration read for the files it names (one `git config` each).
+MAX_REPOSITORIES = 32
+
 #: At most this many entries of one protected path are searched for links.
 MAX_LINK_SEARCH = 1000
 
@@ -187,6 +191,7 @@ def scan(
         found.protected += [root / name for name in GIT_DIR_NAMES]
     pending = deque([root])
     walked = 0
+    trees: list[Path] = [root] if (root / ".git").exists() else []  # work trees: their git configuration
     while pending:
         folder = pending.popleft()
         if walked >= limit:
@@ -204,6 +209,8 @@ def scan(
                 found.protected.append(path)
                 if entry.name == ".git":
                     found.protected += _git_dirs(path)
+                    if folder != root:
+                        trees.append(folder)
             elif (
                 entry.name in _NOT_WALKED or entry.path in skipped or not entry.is_dir(follow_symlinks=False)
             ):
@@ -222,7 +229,7 @@ def scan(
             root,
             guarded,
         )
-    named, missing = _git_config_paths(root)
+    named, missing = _named_by_git(trees, root)
     found.protected += named
     # a missing path inside a protected directory cannot be created anyway
     found.protected = [p for p in dict.fromkeys(found.protected) if os.path.lexists(p)]
@@ -342,18 +349,33 @@ def _git_dirs(dot_git: Path) -> list[Path]:
     return found
 
 
-def _git_config_paths(root: Path) -> tuple[list[Path], dict[Path, str]]:
-    """Files and directories under `root` that git's configuration (of the repository at
-    `root` and the user's) names as something to include, run or take hooks from; and those
-    of them that are missing where git would look (an include file, a hooks directory), which
-    the kernel must not create either: each with the kind of stand-in that keeps git as it
-    was (an empty file includes nothing, an empty directory holds no hooks)."""
+def _named_by_git(trees: list[Path], root: Path) -> tuple[list[Path], dict[Path, str]]:
+    """What git's configuration names in `root` for the repositories with the work trees `trees`
+    (the first `MAX_REPOSITORIES`), see `_git_config_paths`."""
+    if len(trees) > MAX_REPOSITORIES:
+        logger.info("%s: what git configurations name is kept for %d repositories", root, MAX_REPOSITORIES)
+    named: list[Path] = []
+    missing: dict[Path, str] = {}
+    for tree in trees[:MAX_REPOSITORIES]:
+        found, more = _git_config_paths(tree, root)
+        named += found
+        missing |= more
+    return named, missing
+
+
+def _git_config_paths(tree: Path, root: Path) -> tuple[list[Path], dict[Path, str]]:
+    """Files and directories under the writable `root` that git's configuration (of the
+    repository whose work tree is `tree`, at `root` or below it, and the user's) names as
+    something to include, run or take hooks from; and those of them that are missing where git
+    would look (an include file, a hooks directory), which the kernel must not create either:
+    each with the kind of stand-in that keeps git as it was (an empty file includes nothing, an
+    empty directory holds no hooks)."""
     git = which("git")
-    if git is None or not (root / ".git").exists():
+    if git is None:
         return [], {}
     try:
         done = subprocess.run(
-            [git, "-C", str(root), "config", "--list", "--includes", "--show-origin", "-z"],
+            [git, "-C", str(tree), "config", "--list", "--includes", "--show-origin", "-z"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -366,16 +388,16 @@ def _git_config_paths(root: Path) -> tuple[list[Path], dict[Path, str]]:
     items = done.stdout.split("\0")
     for origin, item in zip(items[::2], items[1::2], strict=False):
         key, _, value = item.partition("\n")
-        base = (root / origin.removeprefix("file:")).parent if origin.startswith("file:") else root
+        base = (tree / origin.removeprefix("file:")).parent if origin.startswith("file:") else tree
         for word in _words(value):
             if "/" not in word and not key.endswith(".path") and key != "core.hookspath":
                 continue
             word = os.path.expanduser(word)
-            for candidate in {base / word, root / word}:
+            for candidate in {base / word, tree / word}:
                 if candidate.exists() and candidate.resolve().is_relative_to(root.resolve()):
                     found.append(candidate.resolve())
             # where git looks: an include relative to its file, hooks relative to the work tree
-            where = base / word if key.endswith(".path") else root / word if key == "core.hookspath" else None
+            where = base / word if key.endswith(".path") else tree / word if key == "core.hookspath" else None
             if where is not None and not os.path.lexists(where) and _within(where, root):
                 missing[Path(os.path.abspath(where))] = "file" if key.endswith(".path") else "dir"
     return found, missing

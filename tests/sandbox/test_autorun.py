@@ -219,20 +219,35 @@ async def test_configurations_trusted_by_path_cannot_be_changed(workspace: Path)
 
 async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
     """An include file or hooks directory the repository's config names but nobody made yet
-    (hooks not set up, no local override) stays absent: written by the kernel, git on the host
-    would run what it says (an fsmonitor command on `git status`, a hook on commit). While the
-    sandbox runs, git on the host sees no change in the work tree."""
+    (hooks not set up, no local override) stays absent, and one that exists cannot be changed:
+    written by the kernel, git on the host would run what it says (an fsmonitor command on
+    `git status`, a hook on commit). So for the repositories inside the workspace too (a clone
+    with `core.hooksPath`, a submodule, one deep down). While the sandbox runs, git on the host
+    sees no change in the work tree."""
     _git(workspace, "init", "-q")
     _git(workspace, "config", "core.hooksPath", ".githooks")
     _git(workspace, "config", "include.path", "../local.gitconfig")
     _git(workspace, "config", "includeIf.gitdir:/.path", "nested/extra.gitconfig")
+    nested = {"projects/app": ".githooks", "projects/lib": "hooks", "deep/a/b/c": "../../hooks"}
+    for tree, hooks in nested.items():
+        _git(workspace, "init", "-q", tree)
+        _git(workspace / tree, "config", "core.hooksPath", hooks)
+    (workspace / "projects" / "lib" / "hooks").mkdir()
+    (workspace / "projects" / "lib" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    (workspace / ".git" / "modules").mkdir()
+    _git(workspace, "init", "-q", "--separate-git-dir", str(workspace / ".git" / "modules" / "sub"), "sub")
+    _git(workspace / "sub", "config", "include.path", "../../../sub.gitconfig")  # relative to its config
+    (workspace / "sub.gitconfig").write_text("[user]\n\tname = someone\n")
     marker = tmp_path / "ran-on-host"
     config = f'[core]\n\tfsmonitor = "echo x >> {marker}; false"\n'
     targets = {
         ".githooks/pre-commit": "#!/bin/sh\n",
         "local.gitconfig": config,
         ".git/nested/extra.gitconfig": config,
+        "projects/app/.githooks/pre-commit": "#!/bin/sh\n",
+        "deep/a/hooks/pre-commit": "#!/bin/sh\n",
     }
+    existing = {"projects/lib/hooks/pre-commit": "#!/bin/sh\n", "sub.gitconfig": config}
     before = _git(workspace, "status", "--short")
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
         result = await probe(
@@ -241,14 +256,17 @@ async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_pat
             + "def put(t, text):\n"
             + "    os.makedirs(os.path.dirname(t) or '.', exist_ok=True)\n"
             + "    return open(t, 'w').write(text)\n"
-            + f"print(_json.dumps([attempt(lambda: put(t, x)) for t, x in {targets!r}.items()]))",
+            + f"print(_json.dumps([attempt(lambda: put(t, x)) for t, x in {targets | existing!r}.items()]))",
         )
         during = _git(workspace, "status", "--short")
     assert not [o for o in result if o.startswith("ok")], result
     assert during == before, (before, during)
-    _git(workspace, "status")
+    for tree in [".", "sub", *nested]:
+        _git(workspace / tree, "status")
     assert not marker.exists()
     assert not any((workspace / t).exists() for t in targets)  # the stand-ins are gone again
+    assert all((workspace / t).read_text() != config for t in existing if t.endswith("commit"))
+    assert (workspace / "sub.gitconfig").read_text() != config
 
 
 async def test_placeholders_outlive_a_second_executor_in_the_same_workspace(workspace: Path) -> None:
