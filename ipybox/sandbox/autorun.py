@@ -9,6 +9,7 @@ start. See docs/sandbox.md ("What the kernel may not write") for the threat mode
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -230,7 +231,7 @@ def scan(
             guarded,
         )
     named, missing = _named_by_git(trees, root)
-    found.protected += named
+    found.protected += named + named_by_settings(found.protected, root)
     # a missing path inside a protected directory cannot be created anyway
     found.protected = [p for p in dict.fromkeys(found.protected) if os.path.lexists(p)]
     found.missing = {
@@ -293,6 +294,63 @@ def _hops(link: Path) -> list[Path]:
         current = Path(os.path.abspath(os.path.join(os.path.realpath(current.parent), text)))
         hops.append(current)
     return hops
+
+
+#: Claude Code's settings keys whose value is a command it runs on its own (hooks, the status
+#: line, credential helpers), and `.mcp.json`'s server `command` and `args`.
+_COMMAND_KEYS = frozenset(
+    ("command", "args", "apiKeyHelper", "awsAuthRefresh", "awsCredentialExport", "otelHeadersHelper")
+)
+
+
+def named_by_settings(protected: Iterable[Path], root: Path) -> list[Path]:
+    """The files in `root` that Claude Code's protected settings (`.claude/settings*.json`,
+    `.mcp.json`) name as programs to run: a hook's command, the status line's, a credential
+    helper, a project MCP server's script. Protecting the settings alone kept a hook such as
+    `"$CLAUDE_PROJECT_DIR"/scripts/check.sh` writable, which Claude Code then ran on the host on
+    every tool call. Only files that exist, named with a `/` (relative to the project)."""
+    found: list[Path] = []
+    for path in protected:
+        if path.name == ".claude":
+            files, project = [path / "settings.json", path / "settings.local.json"], path.parent
+        elif path.name == ".mcp.json":
+            files, project = [path], path.parent
+        else:
+            continue
+        for settings in files:
+            for word in _commands(settings):
+                word = word.replace("${CLAUDE_PROJECT_DIR}", str(project)).replace(
+                    "$CLAUDE_PROJECT_DIR", str(project)
+                )
+                if "/" in word:
+                    named = Path(os.path.abspath(project / os.path.expanduser(word)))
+                    if os.path.isfile(named) and reads.within(os.path.realpath(named), [root.resolve()]):
+                        found.append(named)
+    return found
+
+
+def _commands(settings: Path) -> list[str]:
+    """The words of the commands in the JSON file `settings` (see `_COMMAND_KEYS`)."""
+    text = _safe_fs.read_pointer(settings, 1 << 20)
+    try:
+        data = json.loads(text) if text else None
+    except ValueError:
+        return []
+    words: list[str] = []
+    pending = [data]
+    while pending and len(words) < 10_000:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending += item
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                if key in _COMMAND_KEYS and isinstance(value, str):
+                    words += _words(value)
+                elif key in _COMMAND_KEYS and isinstance(value, list):
+                    words += [v for v in value if isinstance(v, str)]
+                else:
+                    pending.append(value)
+    return words
 
 
 def is_environment(path: Path) -> bool:

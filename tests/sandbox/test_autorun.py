@@ -3,6 +3,7 @@ neither changed nor created by a sandboxed kernel, and the sandbox leaves no tra
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -215,6 +216,40 @@ async def test_configurations_trusted_by_path_cannot_be_changed(workspace: Path)
     for target, outcomes in result.items():
         assert not [o for o in outcomes if o.startswith("ok")], (target, outcomes)
     assert all((workspace / name).read_text() == "[env]\n" for name in protected)
+
+
+async def test_programs_claude_code_settings_run_cannot_be_changed(workspace: Path) -> None:
+    """Claude Code runs what its project settings name on its own: hooks on every tool call, the
+    status line, credential helpers, project MCP servers. The settings are protected, and so are
+    the scripts in the workspace they name (at the top and in a project below it); other files
+    stay writable."""
+    hook = {"hooks": [{"type": "command", "command": '"$CLAUDE_PROJECT_DIR"/scripts/check.sh --fast'}]}
+    settings = {
+        ".claude/settings.json": {
+            "hooks": {"PreToolUse": [hook]},
+            "statusLine": {"command": "./scripts/status.sh"},
+        },
+        ".claude/settings.local.json": {"apiKeyHelper": "bin/key-helper"},
+        ".mcp.json": {"mcpServers": {"tools": {"command": "python", "args": ["-u", "tools/server.py"]}}},
+        "pkg/.claude/settings.json": {"hooks": {"Stop": [{"hooks": [{"command": "sh lint/run.sh"}]}]}},
+    }
+    named = ["scripts/check.sh", "scripts/status.sh", "bin/key-helper", "tools/server.py", "pkg/lint/run.sh"]
+    free = ["scripts/other.sh", "tools/helpers.py", "lint/run.sh"]
+    for name in [*named, *free]:
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text("#!/bin/sh\n")
+    for name, content in settings.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(json.dumps(content))
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(
+            executor,
+            "write = lambda t: attempt(lambda: open(t, 'a').write('evil'))\n"
+            + f"print(_json.dumps([[write(t) for t in ts] for ts in {[named, free]!r}]))",
+        )
+    assert result[1] == ["ok: 4"] * len(free)
+    assert not [o for o in result[0] if o.startswith("ok")], result[0]
+    assert all((workspace / name).read_text() == "#!/bin/sh\n" for name in named)
 
 
 async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
