@@ -84,14 +84,21 @@ def _trusted_by_path(folder: Path, name: str) -> bool:
     return name != "mise" or folder.name == ".config" or os.path.lexists(folder / name / "config.toml")
 
 
+#: Other version control systems' repositories, whose configuration their tool runs from on
+#: every command (a prompt's status included): Mercurial's `.hg/hgrc` (`[hooks]` such as
+#: `pre-status`, `[extensions]` loaded from a path), Jujutsu's `.jj/repo/config.toml` (pager,
+#: diff and merge tools, fsmonitor), Sapling's `.sl/config`.
+OTHER_VCS = (".hg", ".jj", ".sl")
+
 #: Names protected whole wherever they exist in a writable directory: git's repository (or a
-#: `.git` file redirecting to one); editors' task and settings files; Claude Code's settings
-#: (hooks) and project MCP servers; direnv's `.envrc` (an approved one may source other
-#: files); hook managers' files (`HOOK_MANAGERS`); other agents' and editors' settings
-#: (`AGENT_SETTINGS`).
+#: `.git` file redirecting to one) and other version control systems' (`OTHER_VCS`); editors'
+#: task and settings files; Claude Code's settings (hooks) and project MCP servers; direnv's
+#: `.envrc` (an approved one may source other files); hook managers' files (`HOOK_MANAGERS`);
+#: other agents' and editors' settings (`AGENT_SETTINGS`).
 AUTORUN_NAMES = frozenset(
     (
         ".git",
+        *OTHER_VCS,
         ".vscode",
         ".idea",
         ".claude",

@@ -79,6 +79,9 @@ def _repo(workspace: Path) -> list[str]:
         ".mcp.json": "{}\n",
         ".envrc": "export A=1\n",
         ".pre-commit-config.yaml": "repos: []\n",
+        "vendor/lib/.hg/hgrc": "[paths]\n",  # hg runs [hooks] pre-status from it on `hg status`
+        ".jj/repo/config.toml": "",
+        "pkg/.sl/config": "",
     }
     for name, content in files.items():
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
