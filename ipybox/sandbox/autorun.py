@@ -163,8 +163,11 @@ _NOT_WALKED = frozenset(("node_modules", "__pycache__", "HEAD"))
 _ENVIRONMENT_MARKERS = ("pyvenv.cfg", "conda-meta")
 
 
-#: Folders of data in a git directory (objects, refs, logs), not searched for links.
-_GIT_DATA = frozenset(("objects", "refs", "logs", "lfs", "rr-cache"))
+#: Folders of data in a repository (git's objects, refs and logs, the stores of Mercurial,
+#: Jujutsu and Sapling), not searched for links.
+_REPO_DATA = frozenset(
+    ("objects", "refs", "logs", "lfs", "rr-cache", "store", "op_store", "op_heads", "index")
+)
 
 #: At most this many repositories of one writable root (the shallowest) have git's
 #: configuration read for the files it names (one `git config` each).
@@ -284,7 +287,7 @@ def _links_in(path: Path) -> list[Path]:
             seen += 1
             if entry.is_symlink():
                 found.append(Path(entry.path))
-            elif entry.name not in _GIT_DATA and entry.is_dir(follow_symlinks=False):
+            elif entry.name not in _REPO_DATA and entry.is_dir(follow_symlinks=False):
                 pending.append(Path(entry.path))
     return found
 
