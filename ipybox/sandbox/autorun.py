@@ -149,6 +149,14 @@ HOME_NAMES = {
 #: At most this many directories of one writable root are walked for paths to protect.
 MAX_WALKED = 5000
 
+#: At most this many auto-run paths of one writable root are kept read-only (the shallowest),
+#: and at most `MAX_NAMED` that protected links and settings name: each is a mount, bubblewrap's
+#: start grows faster than their number, and srt refuses a sandbox of more than about 3,000, so
+#: a kernel that made 1,200 folders with a `.vscode` and an `.idea` failed every later start in
+#: its workspace.
+MAX_PROTECTED = 256
+MAX_NAMED = 64
+
 #: At most this many directories of one writable root are guarded (breadth first, so the
 #: shallowest): each costs three mounts, and bubblewrap's time grows faster than their number
 #: (measured on 2 busy cores: +0.4 s for 20 guarded directories, +1 s for 50, +35 s for 500).
@@ -187,6 +195,15 @@ class Scan:
     directories: list[Path] = field(default_factory=list)  # guarded: pinned, `.git`/`HEAD` blocked
     missing: dict[Path, str] = field(default_factory=dict)  # named by git's config: stand-ins ("file", "dir")
     truncated: bool = False
+    dropped: int = 0  # auto-run paths found past `MAX_PROTECTED`, not protected
+
+    def protect(self, path: Path, *more: Path) -> bool:
+        """Keep `path` (with `more` that belong to it) read-only, unless `MAX_PROTECTED` are."""
+        if len(self.protected) >= MAX_PROTECTED:
+            self.dropped += 1
+            return False
+        self.protected += [path, *more]
+        return True
 
 
 def scan(
@@ -217,29 +234,18 @@ def scan(
         for entry in reads.entries_of(folder):
             path = Path(entry.path)
             if entry.name in AUTORUN_NAMES or _trusted_by_path(folder, entry.name):
-                found.protected.append(path)
-                if entry.name == ".git":
-                    found.protected += _git_dirs(path)
-                    if folder != root:
-                        trees.append(folder)
+                git = entry.name == ".git"
+                if found.protect(path, *(_git_dirs(path) if git else ())) and git and folder != root:
+                    trees.append(folder)
             elif (
                 entry.name in _NOT_WALKED or entry.path in skipped or not entry.is_dir(follow_symlinks=False)
             ):
                 continue
             elif is_git_dir(path) or is_environment(path):
-                found.protected.append(path)  # a bare repository or a Python environment
+                found.protect(path)  # a bare repository or a Python environment
             else:
                 pending.append(path)
-    if walked >= limit:
-        logger.warning("%s: searched the first %d directories for auto-run paths only", root, limit)
-    if found.truncated and root not in _told:
-        _told.add(root)
-        logger.info(
-            "%s: the shallowest %d directories are kept from becoming git repositories, not the "
-            "deeper ones (see docs/sandbox.md)",
-            root,
-            guarded,
-        )
+    _log_limits(root, found, limit if walked >= limit else 0, guarded)
     named, missing = _named_by_git(trees, root)
     found.protected += named + named_by_settings(found.protected, root)
     # a missing path inside a protected directory cannot be created anyway
@@ -266,7 +272,7 @@ def link_targets(protected: Iterable[Path], roots: Iterable[Path]) -> tuple[list
             continue
         for link in _links_in(path):
             for hop in _hops(link):
-                if not reads.within(hop, writable):
+                if not reads.within(hop, writable) or len(found) + len(missing) >= MAX_NAMED:
                     break
                 if os.path.lexists(hop):
                     found.append(hop)
@@ -336,7 +342,7 @@ def named_by_settings(protected: Iterable[Path], root: Path) -> list[Path]:
                     named = Path(os.path.abspath(project / os.path.expanduser(word)))
                     if os.path.isfile(named) and reads.within(os.path.realpath(named), [root.resolve()]):
                         found.append(named)
-    return found
+    return found[:MAX_NAMED]
 
 
 def _commands(settings: Path) -> list[str]:
@@ -415,6 +421,30 @@ def _git_dirs(dot_git: Path) -> list[Path]:
     if common:
         found.append((git_dir / common).resolve())
     return found
+
+
+def _log_limits(root: Path, found: Scan, cut: int, guarded: int) -> None:
+    """Say what a scan of `root` passed over: directories past the first `cut` (0: none), folders
+    past the `guarded` ones, auto-run paths past `MAX_PROTECTED`."""
+    if cut:
+        logger.warning("%s: searched the first %d directories for auto-run paths only", root, cut)
+    if found.dropped:
+        logger.warning(
+            "%s: %d more auto-run paths (.git, .vscode, .claude, ...) past the shallowest %d are not kept "
+            "read-only (each costs the sandbox's start a mount): code in a kernel may have made them in "
+            "numbers; remove those you do not use",
+            root,
+            found.dropped,
+            MAX_PROTECTED,
+        )
+    if found.truncated and root not in _told:
+        _told.add(root)
+        logger.info(
+            "%s: the shallowest %d directories are kept from becoming git repositories, not the "
+            "deeper ones (see docs/sandbox.md)",
+            root,
+            guarded,
+        )
 
 
 def _named_by_git(trees: list[Path], root: Path) -> tuple[list[Path], dict[Path, str]]:

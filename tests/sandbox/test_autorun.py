@@ -255,6 +255,33 @@ async def test_programs_claude_code_settings_run_cannot_be_changed(workspace: Pa
     assert all((workspace / name).read_text() == "#!/bin/sh\n" for name in named)
 
 
+async def test_auto_run_paths_in_numbers_cannot_stop_later_starts(workspace: Path) -> None:
+    """Each protected path is a mount, and srt refuses a sandbox of more than about 3,000: a kernel
+    that made 1,200 folders with a `.vscode` and an `.idea` (and a `.claude` whose settings and
+    links name 500 files) failed every later kernel start in its workspace. Past a bound, further
+    ones are passed over (with a warning); the shallowest, the user's, stay protected."""
+    (workspace / ".vscode").mkdir()
+    (workspace / ".vscode" / "tasks.json").write_text("{}\n")
+    plant = (
+        "import json, os\n"
+        "for i in range(1200):\n"
+        "    os.makedirs(f'many/{i}/.vscode'); os.makedirs(f'many/{i}/.idea')\n"
+        "os.makedirs('more/.claude')\n"
+        "for i in range(500):\n"
+        "    open(f'more/f{i}', 'w').close(); os.symlink(f'../f{i}', f'more/.claude/l{i}')\n"
+        "hooks = [{'hooks': [{'command': f'sh ./f{i}'}]} for i in range(500)]\n"
+        "open('more/.claude/settings.json', 'w').write(json.dumps({'hooks': {'Stop': hooks}}))\n"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        await executor.execute(plant)
+        await executor.reset()  # the next kernel's sandbox, with all of them there
+        result = await probe(
+            executor, "print(_json.dumps(attempt(lambda: open('.vscode/tasks.json', 'a').write('x'))))"
+        )
+    assert result.startswith("OSError: [Errno 30]"), result
+    assert (workspace / ".vscode" / "tasks.json").read_text() == "{}\n"
+
+
 async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
     """An include file or hooks directory the repository's config names but nobody made yet
     (hooks not set up, no local override) stays absent, and one that exists cannot be changed:
