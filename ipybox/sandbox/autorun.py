@@ -157,6 +157,13 @@ MAX_WALKED = 5000
 MAX_PROTECTED = 256
 MAX_NAMED = 64
 
+#: Past this many `.env` and `.env.*` files in a writable root, srt is not asked to find and hide
+#: each (its `**/.env` patterns): it mounts over every one it finds, and a kernel that made
+#: 3,500 empty ones failed every later start in its workspace. The oldest of those the walk
+#: found are hidden instead (see `crowded_dotenv`).
+MAX_DOTENV = 500
+_dotenv: dict[Path, list[Path] | None] = {}
+
 #: At most this many directories of one writable root are guarded (breadth first, so the
 #: shallowest): each costs three mounts, and bubblewrap's time grows faster than their number
 #: (measured on 2 busy cores: +0.4 s for 20 guarded directories, +1 s for 50, +35 s for 500).
@@ -196,6 +203,7 @@ class Scan:
     missing: dict[Path, str] = field(default_factory=dict)  # named by git's config: stand-ins ("file", "dir")
     truncated: bool = False
     dropped: int = 0  # auto-run paths found past `MAX_PROTECTED`, not protected
+    dotenv: list[Path] = field(default_factory=list)  # `.env` and `.env.*` entries (secrets files)
 
     def protect(self, path: Path, *more: Path) -> bool:
         """Keep `path` (with `more` that belong to it) read-only, unless `MAX_PROTECTED` are."""
@@ -233,6 +241,8 @@ def scan(
             found.truncated = True
         for entry in reads.entries_of(folder):
             path = Path(entry.path)
+            if entry.name.startswith(".env") and (entry.name == ".env" or entry.name[4] == "."):
+                found.dotenv.append(path)
             if entry.name in AUTORUN_NAMES or _trusted_by_path(folder, entry.name):
                 git = entry.name == ".git"
                 if found.protect(path, *(_git_dirs(path) if git else ())) and git and folder != root:
@@ -246,6 +256,7 @@ def scan(
             else:
                 pending.append(path)
     _log_limits(root, found, limit if walked >= limit else 0, guarded)
+    _dotenv[root] = found.dotenv if len(found.dotenv) > MAX_DOTENV else None
     named, missing = _named_by_git(trees, root)
     found.protected += named + named_by_settings(found.protected, root)
     # a missing path inside a protected directory cannot be created anyway
@@ -367,6 +378,32 @@ def _commands(settings: Path) -> list[str]:
                 else:
                     pending.append(value)
     return words
+
+
+def crowded_dotenv(root: Path) -> list[Path] | None:
+    """The secrets files to hide one by one in `root`, if its last scan found more than
+    `MAX_DOTENV` (else None: srt finds them): the `MAX_DOTENV` that changed longest ago (an
+    inode's change time, which no program can set back: a kernel's files are newer than the
+    user's it found there), with a warning for the rest."""
+    found = _dotenv.get(root)
+    if found is None:
+        return None
+
+    def changed(path: Path) -> int:
+        try:
+            return os.lstat(path).st_ctime_ns
+        except OSError:
+            return 0
+
+    oldest = sorted(found, key=changed)[:MAX_DOTENV]
+    logger.warning(
+        "%s holds %d .env files; the %d changed longest ago are hidden from the sandbox, not the rest "
+        "(code in a kernel may have made them in numbers; remove those you do not use)",
+        root,
+        len(found),
+        MAX_DOTENV,
+    )
+    return oldest
 
 
 def is_environment(path: Path) -> bool:

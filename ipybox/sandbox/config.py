@@ -212,11 +212,7 @@ def kernel_policy(
     # the workspace's and those in packages of editable installs (often the project's root)
     top: list[Path] = [] if workspace is None else [workspace]
     folders: list[Path | str] = [*top, *reads.editable_packages()]
-    for folder in folders:
-        if any(c in str(folder) for c in "*?[]{}!"):
-            logger.warning("not hiding .env files below %s: its path has glob characters", folder)
-        elif os.path.isdir(folder):
-            deny_read.extend(f"{folder}/{pattern}" for pattern in _DOTENV_GLOBS)
+    deny_read.extend(_dotenv_hidden(folders))
     needed = [*map(str, [*reachable, *top]), *reads.readable(map(str, readable))]
     deny_read.extend(_hidden_in_named(named, [*fs["allowWrite"], *needed]))
     fs["allowRead"] = [*named, *needed]
@@ -227,6 +223,21 @@ def kernel_policy(
     network.setdefault("deniedDomains", [])
     network["allowAllUnixSockets"] = True
     return policy
+
+
+def _dotenv_hidden(folders: Sequence[Path | str]) -> list[str]:
+    """What hides the `.env` and `.env.*` files below `folders`: srt's patterns, or where a
+    folder holds too many for srt to mount over each, the files themselves (see
+    `ipybox.sandbox.autorun.crowded_dotenv`)."""
+    hidden: list[str] = []
+    for folder in folders:
+        if any(c in str(folder) for c in "*?[]{}!"):
+            logger.warning("not hiding .env files below %s: its path has glob characters", folder)
+        elif (crowded := autorun.crowded_dotenv(Path(folder))) is not None:
+            hidden.extend(map(str, crowded))
+        elif os.path.isdir(folder):
+            hidden.extend(f"{folder}/{pattern}" for pattern in _DOTENV_GLOBS)
+    return hidden
 
 
 def _hidden_in_named(named: Sequence[str], needed: Sequence[Path | str]) -> list[str]:

@@ -15,7 +15,7 @@ from servers.launch import NODE_BIN
 from ipybox import CodeExecutor
 from ipybox.sandbox.autorun import AGENT_SETTINGS, CREATION_BLOCKED, HOOK_MANAGERS
 
-from .conftest import probe, sandbox_config, write_config
+from .conftest import ENV_SECRET, probe, sandbox_config, write_config
 
 pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(120)]
 
@@ -280,6 +280,27 @@ async def test_auto_run_paths_in_numbers_cannot_stop_later_starts(workspace: Pat
         )
     assert result.startswith("OSError: [Errno 30]"), result
     assert (workspace / ".vscode" / "tasks.json").read_text() == "{}\n"
+
+
+async def test_secrets_files_in_numbers_cannot_stop_later_starts(workspace: Path) -> None:
+    """srt mounts over every `.env` file it finds, and refuses a sandbox of more than about 3,000
+    mounts: a kernel that made 3,500 empty ones failed every later kernel start in its
+    workspace. Past a bound, the oldest are hidden one by one (the user's, made before the
+    kernel's), with a warning; the workspace's and a nested one stay unreadable."""
+    (workspace / "services" / "api").mkdir(parents=True)
+    (workspace / "services" / "api" / ".env.local").write_text(f"TOKEN={ENV_SECRET}\n")
+    read = (
+        "print(_json.dumps([attempt(lambda: open(p).read()) for p in ('.env', 'services/api/.env.local')]))"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        await executor.execute(
+            "import os\nfor i in range(3500):\n"
+            "    os.makedirs(f'm/{i}')\n    open(f'm/{i}/.env', 'w').close()\n"
+        )
+        await executor.reset()  # the next kernel's sandbox, with all of them there
+        result = await probe(executor, read)
+    assert ENV_SECRET not in json.dumps(result)
+    assert all(r.startswith("PermissionError") for r in result), result
 
 
 async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
