@@ -32,12 +32,16 @@ logger = logging.getLogger(__name__)
 #: `hooks.json`), Zed (`.zed/settings.json`), opencode (`.opencode/` plugins, `opencode.json`),
 #: Continue (`.continue/`), Roo Code (`.roo/mcp.json`), Kiro (`.kiro/settings/mcp.json`, hooks),
 #: Amazon Q (`.amazonq/mcp.json`), Helix (`.helix/languages.toml`), aider (`.aider.conf.yml`:
-#: `lint-cmd` runs after each edit). Each maps to the kind of stand-in that keeps a missing one
-#: absent for its program (see `CREATION_BLOCKED`): an empty directory, or a file that sets nothing.
+#: `lint-cmd` runs after each edit), Windsurf (`.windsurf/hooks.json`), Cline
+#: (`.clinerules/hooks/`), Qwen Code (`.qwen/settings.json`), Kilo Code (`.kilocode/mcp.json`),
+#: Factory's droid (`.factory/`: MCP servers, hooks), Crush (`crush.json`, `.crush.json`: MCP
+#: and language servers). Each maps to the kind of stand-in that keeps a missing one absent for
+#: its program (see `CREATION_BLOCKED`): an empty directory, or a file that sets nothing.
 AGENT_SETTINGS = {
     **dict.fromkeys((".gemini", ".codex", ".cursor", ".zed", ".opencode", ".continue"), "dir"),
     **dict.fromkeys((".roo", ".kiro", ".amazonq", ".helix"), "dir"),
-    **dict.fromkeys(("opencode.json", "opencode.jsonc"), "json"),
+    **dict.fromkeys((".windsurf", ".clinerules", ".qwen", ".kilocode", ".factory"), "dir"),
+    **dict.fromkeys(("opencode.json", "opencode.jsonc", "crush.json", ".crush.json"), "json"),
     ".aider.conf.yml": "json",  # `{}`: an empty mapping in YAML too
 }
 

@@ -157,7 +157,11 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
     pre-commit's and husky's cannot be created (nor a file in a stand-in), nor lefthook's local
     configurations beside its configuration; the project holds no trace of the stand-ins
     afterwards."""
-    kinds = AGENT_SETTINGS | {name: "dir" if name == ".husky" else "file" for name in HOOK_MANAGERS}
+    # named here too, so that the test fails if one is dropped from AGENT_SETTINGS
+    hooks_of_more_agents = {".windsurf": "dir", ".clinerules": "dir", ".qwen": "dir", ".kilocode": "dir"}
+    hooks_of_more_agents |= {".factory": "dir", "crush.json": "json", ".crush.json": "json"}
+    kinds = AGENT_SETTINGS | hooks_of_more_agents
+    kinds |= {name: "dir" if name == ".husky" else "file" for name in HOOK_MANAGERS}
     nested = {
         f"pkg/{name}" + ("/pre-commit" if kind == "dir" else ""): "{}\n" for name, kind in kinds.items()
     }
@@ -166,7 +170,8 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
         (workspace / name).write_text(content)
     before = _tree(workspace)
-    blocked = [name for name in CREATION_BLOCKED if name in kinds]
+    blocked = [name for name in [*CREATION_BLOCKED, *hooks_of_more_agents] if name in kinds]
+    blocked = list(dict.fromkeys(blocked))
     blocked += [name for name in HOOK_MANAGERS if "lefthook-local" in name]
     top = [*blocked, *(f"{name}/pre-commit" for name in blocked if kinds[name] == "dir")]
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
