@@ -197,11 +197,11 @@ def _check_regular(file: int, path: Path, verb: str) -> None:
 POINTER_BYTES = 16 << 10
 
 
-def read_pointer(path: Path) -> str | None:
-    """The text of the small file `path` (a `.git` file, a `commondir`) that a kernel may have
-    written, stripped; None if it is not a regular file (never opened as a fifo or device) or
-    holds more than `POINTER_BYTES`: read in full, a sparse file of a terabyte would take the
-    host's memory."""
+def read_pointer(path: Path, limit: int = POINTER_BYTES) -> str | None:
+    """The text of the small file `path` (a `.git` file, a `commondir`, a settings file) that a
+    kernel may have written, stripped; None if it is not a regular file (never opened as a fifo
+    or device) or holds more than `limit` bytes: read in full, a sparse file of a terabyte would
+    take the host's memory."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -209,12 +209,12 @@ def read_pointer(path: Path) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = os.read(fd, POINTER_BYTES + 1)
+        data = os.read(fd, limit + 1)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return None if len(data) > POINTER_BYTES else data.decode(errors="replace").strip()
+    return None if len(data) > limit else data.decode(errors="replace").strip()
 
 
 def remove(fd: int, name: str) -> None:

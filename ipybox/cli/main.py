@@ -64,7 +64,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         load_dotenv(workspace / ".env", override=False, interpolate=False)  # `${VAR}` is kept as written
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
-        args.sandbox_config = workspace / WORKSPACE_CONFIG
+        # where it leads now: a kernel may replace a link by a policy of its own (put back, see
+        # ipybox.sandbox.links), which sessions started later must not read
+        args.sandbox_config = (workspace / WORKSPACE_CONFIG).resolve()
     limits = _limits(args)
     if args.kernel_gateway and (problem := gateway_option_problem(args.sandbox, limits)):
         raise ValueError(problem)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +53,9 @@ class LocalBackend:
     ) -> None:
         self.sandbox = sandbox
         self.sandbox_config = sandbox_config
+        # read where it led when the executor was made: a kernel may replace a link on the way
+        # (its name stays protected, see `ipybox.sandbox.links`)
+        self._policy = None if sandbox_config is None else Path(sandbox_config).resolve()
         self.gpus = gpus
         self.limits = limits or ResourceLimits()
         self.runtime_dir: Path | None = None
@@ -61,7 +65,7 @@ class LocalBackend:
 
     async def prepare(self, settings: KernelSettings, tool_port: int | None) -> ToolListener:
         if self.sandbox:  # fail on a missing tool or a bad config before anything starts
-            check_sandbox(self.sandbox_config, self.gpus)
+            check_sandbox(self._policy, self.gpus)
             guard_workspace(settings.working_dir)  # what the kernel writes there never shadows our imports
             if settings.audit_log is not None:  # a file ipybox can append to, before srt protects it
                 AuditLog(settings.audit_log, trusted=settings.working_dir).create()
@@ -97,11 +101,15 @@ class LocalBackend:
             if not self.sandbox:
                 return Kernel(private, cwd, env, [], limits, own_dir=True, kernel_env=kernel_env)
             prefix = sandbox_command(
-                self.sandbox_config,
+                self._policy,
                 runtime_dir / f"sandbox-{name}.json",
                 private,
                 cwd,
-                [*([settings.audit_log] if settings.audit_log is not None else []), *self._state_dirs],
+                [
+                    *([settings.audit_log] if settings.audit_log is not None else []),
+                    *self._state_dirs,
+                    *([Path(os.path.abspath(self.sandbox_config))] if self.sandbox_config else []),
+                ],
                 reachable=[endpoint.path],
                 readable=import_paths(settings.env),
                 gpus=self.gpus,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -125,7 +126,8 @@ def _get_tree(fd: int, path: Path, target: Path) -> None:
             # Removed (or replaced) since the listing: the kernel is still changing the tree (as `tar` and
             # `rsync` do, the copy goes on without it rather than losing everything else).
             logger.warning(
-                "%s was removed while it was being downloaded; the copy goes on without it", path / entry.name
+                "%r was removed while it was being downloaded; the copy goes on without it",
+                str(path / entry.name),  # the kernel's name, shown as data (repr), never as terminal control
             )
 
 
@@ -164,7 +166,33 @@ def _get_file(fd: int, name: str, path: Path, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         with os.fdopen(os.open(target, flags, 0o666), "wb") as out:
-            shutil.copyfileobj(f, out, CHUNK)
+            _copy_data(f.fileno(), out.fileno())
+
+
+def _copy_data(source: int, target: int) -> None:
+    """Copy the file `source` to the empty file `target` as it lies on disk: its holes stay holes.
+    A kernel makes a sparse file of a terabyte for nothing (`truncate`); copied byte by byte, it
+    filled the host's disk with zeros, and took hours. Only what the file held when opened is
+    copied (a file the kernel keeps growing is not followed)."""
+    size = os.fstat(source).st_size
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(source, offset, os.SEEK_DATA)
+            end = min(os.lseek(source, start, os.SEEK_HOLE), size)
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                break  # only a hole is left
+            start, end = offset, size  # holes not known here: copy it all
+        offset = end
+        while start < end:
+            data = os.pread(source, min(CHUNK, end - start), start)
+            if not data:
+                offset = size  # cut short meanwhile
+                break
+            os.pwrite(target, data, start)
+            start += len(data)
+    os.ftruncate(target, min(size, os.fstat(source).st_size))
 
 
 def _inside(root: Path, rel: str) -> Path:

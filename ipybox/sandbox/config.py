@@ -19,7 +19,7 @@ from typing import Any
 
 from ipybox._programs import which
 from ipybox.errors import IpyboxError
-from ipybox.sandbox import autorun, devices, dotenv, owned, reads, repo_sweep
+from ipybox.sandbox import autorun, devices, dotenv, links, owned, reads, repo_sweep
 from ipybox.sandbox.launcher import write_launcher
 from ipybox.sandbox.placeholders import Placeholders, sweep
 from ipybox.tool_exec.registry import state_dir
@@ -404,8 +404,8 @@ def sandbox_command(
     grant = _device_grant(config)
     # The policy file lies under a writable path if the working directory holds the temp dir.
     keep = [policy_file.absolute(), *(Path(p).absolute() for p in protected)]
-    if config_path is not None:
-        keep.append(Path(config_path).resolve())
+    if config_path is not None:  # its name too: a link there is made again if replaced
+        keep += [Path(config_path).resolve(), Path(os.path.abspath(config_path))]
     allow_write = config.get("filesystem", {}).get("allowWrite", [])
     writable = [Path(os.path.abspath(os.path.expanduser(p))) for p in allow_write]
     homes, keep_out = owned.confinement(workspace, writable)  # other principals' homes
@@ -413,8 +413,7 @@ def sandbox_command(
     placeholders = _placeholders.setdefault(runtime, Placeholders(_lock_dir()))
     protected, roots = _protect_writable(config, workspace, writable_dir, placeholders, keep, homes)
     keep += protected
-    # what the kernel makes anew there: found and disarmed from the host, until release_sandbox()
-    repo_sweep.watch(runtime, runtime_root() / "repo-sweeps", roots, [*keep, *homes], [writable_dir])
+    _watch(runtime, roots, keep, homes, writable_dir)
     policy = kernel_policy(
         config,
         writable_dir,
@@ -430,6 +429,15 @@ def sandbox_command(
     policy_file.write_text(json.dumps(policy, indent=1))
     policy_file.chmod(0o400)
     return _srt_command(srt, policy_file, workspace)
+
+
+def _watch(runtime: Path, roots: list[Path], keep: list[Path], homes: list[Path], private: Path) -> None:
+    """Have the host sweep `roots` while the executor with `runtime` runs, until release_sandbox():
+    for the repositories its kernels make (disarmed) and the `keep` paths that are links (a mount
+    holds where a link leads, not its name: one a kernel replaced is made again)."""
+    kept_links = links.recorded(p for p in dict.fromkeys(keep) if reads.within(p, roots))
+    sweeps = runtime_root() / "repo-sweeps"
+    repo_sweep.watch(runtime, sweeps, roots, [*keep, *homes], [private], kept_links)
 
 
 def _srt_command(srt: str, policy_file: Path, workspace: Path) -> list[str]:
@@ -513,6 +521,9 @@ def _protect_writable(
             pins.append(folder)
         if root == workspace:
             standins |= {root / ".env": "dir", root / WORKSPACE_CONFIG: "dir"}
+    linked, missing = autorun.link_targets(found, roots)  # what links there lead to: kept too
+    found += linked
+    standins |= {path: kind for path, kind in missing.items() if path not in standins}
     standins |= dict.fromkeys(user_denied, "dir")
     standins |= {path: "file" for path in keep}
     found += _make_standins(standins, roots, placeholders)

@@ -6,21 +6,32 @@ once per pattern, in JavaScript, at each kernel start: ~5-30 ms a walk on a 2-co
 eight walks for a checkout with an editable install. One walk here, in the order srt's would
 take (symbolic links to directories followed, but for links leading back up the tree), names
 the matches by their real paths. Where srt's own rules decide what is hidden (a match that is a
-link, a directory that cannot be listed, a tree larger than `MAX_ENTRIES`), the folder keeps
-the globs and srt walks it as before; so does one whose matches have names srt would read as
-globs themselves (`.env.[a]`).
+link, a directory that cannot be listed, a name srt would read as a glob itself, a tree larger
+than `MAX_ENTRIES`), the folder keeps the globs and srt walks it as before.
+
+srt mounts over each file it hides and refuses a sandbox of more than about 3,000 mounts, so a
+kernel that made 3,500 empty `.env` files failed every later start in its workspace. Where a
+walk finds more than `MAX_DOTENV`, the ones that changed longest ago are hidden (a change time
+cannot be set back: the user's files are older than those a kernel made in numbers), with a
+warning for the rest.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
-#: What srt would be asked to hide below a folder where the walk gives up.
+logger = logging.getLogger(__name__)
+
+#: What srt is asked to hide below a folder where the walk leaves it to srt.
 PATTERNS = ("**/.env", "**/.env.*")
 #: Entries one folder's walk reads at most; srt walks a larger tree itself.
 MAX_ENTRIES = 50_000
+#: Files hidden one by one below a folder at most (see the module's docstring).
+MAX_DOTENV = 500
 #: Characters that make a `denyRead` entry a glob for srt.
 _GLOB = frozenset("*?[]{}!")
 
@@ -28,20 +39,29 @@ _GLOB = frozenset("*?[]{}!")
 def denials(folder: Path | str) -> list[str]:
     """What `denyRead` needs to hide every `.env` and `.env.*` below `folder`: their real paths
     (none if there are none), or srt's globs where its rules decide."""
-    found = _matches(str(folder))
-    if found is None:
+    walk = _walk(str(folder))
+    if len(walk.found) > MAX_DOTENV:
+        return _oldest(folder, walk.found)
+    if walk.left_to_srt:
         return [f"{folder}/{pattern}" for pattern in PATTERNS]
-    return found
+    return walk.found
 
 
 def _named(name: str) -> bool:
     return name == ".env" or name.startswith(".env.")
 
 
-def _matches(folder: str) -> list[str] | None:
-    """The real paths of the matches below `folder`, or None where srt has to decide."""
+@dataclass
+class _Walk:
+    found: list[str] = field(default_factory=list)  # real paths of the plain matches
+    left_to_srt: bool = False  # something only srt's rules decide: its globs hide this folder
+
+
+def _walk(folder: str) -> _Walk:
+    """The matches below `folder`, listing at most `MAX_ENTRIES` entries."""
+    walk = _Walk()
     base = os.path.realpath(folder)
-    pending, listed, found, seen = [base], {base}, [], 0
+    pending, listed, seen = [base], {base}, 0
     while pending:
         directory = pending.pop()
         try:
@@ -50,15 +70,18 @@ def _matches(folder: str) -> list[str] | None:
         except FileNotFoundError:  # gone since: nothing below it to hide
             continue
         except OSError:  # srt hides a directory it cannot list whole
-            return None
+            walk.left_to_srt = True
+            continue
         seen += len(entries)
         if seen > MAX_ENTRIES:
-            return None
+            walk.left_to_srt = True
+            return walk
         for entry in entries:
             path = os.path.join(directory, entry.name)
             if entry.is_symlink():
                 if _named(entry.name):  # what a matching link hides is srt's rule
-                    return None
+                    walk.left_to_srt = True
+                    continue
                 target = _directory_behind(path)
                 if target is None or _at_or_under(directory, target) or _at_or_under(base, target):
                     continue  # not a directory, or back up the tree: srt does not list it either
@@ -67,13 +90,31 @@ def _matches(folder: str) -> list[str] | None:
                     pending.append(target)
                 continue
             if _named(entry.name):
-                if not _GLOB.isdisjoint(path):  # srt would match it as a pattern, not by its name
-                    return None
-                found.append(path)
+                if _GLOB.isdisjoint(path):
+                    walk.found.append(path)
+                else:  # srt would match it as a pattern, not by its name
+                    walk.left_to_srt = True
             if entry.is_dir(follow_symlinks=False) and path not in listed:
                 listed.add(path)
                 pending.append(path)
-    return found
+    return walk
+
+
+def _oldest(folder: Path | str, found: list[str]) -> list[str]:
+    def changed(path: str) -> int:
+        try:
+            return os.lstat(path).st_ctime_ns
+        except OSError:
+            return 0
+
+    logger.warning(
+        "%s holds %d .env files; the %d changed longest ago are hidden from the sandbox, not the rest "
+        "(code in a kernel may have made them in numbers; remove those you do not use)",
+        folder,
+        len(found),
+        MAX_DOTENV,
+    )
+    return sorted(found, key=changed)[:MAX_DOTENV]
 
 
 def _directory_behind(link: str) -> str | None:

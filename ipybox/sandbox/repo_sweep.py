@@ -41,6 +41,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ipybox._programs import which
+from ipybox.sandbox import links
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class RepoSweep:
         self.interval = self._every = interval
         #: The paths as given to `add()` (`roots`, `read_only`, `unwalked`), in ipybox's record.
         self.given: dict[str, list[str]] = {"roots": [], "read_only": [], "unwalked": []}
+        #: Protected links (path: what it names), made again if replaced (`ipybox.sandbox.links`).
+        self.links: dict[str, str] = {}
         self._taken = 0  # how many of `given`'s read_only paths are in `_read_only`
         self._roots: dict[str, None] = {}
         self._writable: set[str] = set()  # roots and unwalked
@@ -96,12 +99,21 @@ class RepoSweep:
         self._unwalked: dict[str, tuple[deque[str], deque[str], set[str]]] = {}
         self.add(roots, read_only)
 
-    def add(self, roots: Iterable[Path], read_only: Iterable[Path], unwalked: Iterable[Path] = ()) -> None:
+    def add(
+        self,
+        roots: Iterable[Path],
+        read_only: Iterable[Path],
+        unwalked: Iterable[Path] = (),
+        kept_links: dict[str, str] | None = None,
+    ) -> None:
         """Also watch `roots`, and leave the `read_only` paths alone. The `unwalked` directories
         (the kernel's private one) are writable too but not walked: only a repository there that
-        a `.git` file or link in a root points to is disarmed. Cheap (a kernel's start waits on
-        it): the paths are resolved by the next sweep."""
+        a `.git` file or link in a root points to is disarmed. The `kept_links` (read-only paths
+        that are links: path, what it names) are made again where replaced; what they lead to
+        is read-only, their names are not. Cheap (a kernel's start waits on it): the paths are
+        resolved by the next sweep."""
         with self._lock:
+            self.links |= kept_links or {}
             for root in roots:
                 self._roots[os.path.realpath(root)] = None
                 self._real[os.path.abspath(root)] = os.path.realpath(root)
@@ -115,9 +127,13 @@ class RepoSweep:
         leads (they were found in a root without following links, but for the last part)."""
         given = self.given["read_only"]
         while self._taken < len(given):
-            named = self._real_path(os.path.abspath(given[self._taken]))
-            self._read_only |= {named, os.path.realpath(named) if os.path.islink(named) else named}
+            path = os.path.abspath(given[self._taken])
+            named = self._real_path(path)
             self._taken += 1
+            if path in self.links:  # its name is the kernel's to replace: what takes it is walked
+                self._read_only.add(os.path.realpath(os.path.join(os.path.dirname(named), self.links[path])))
+                continue
+            self._read_only |= {named, os.path.realpath(named) if os.path.islink(named) else named}
 
     def _real_path(self, path: str) -> str:
         """`path` with a root's name as given replaced by its real path (cheaper than realpath)."""
@@ -144,6 +160,7 @@ class RepoSweep:
         `limit`, at most that many directories of each root are walked, and the next sweep goes
         on from there (every directory is reached in turn, however many a kernel makes)."""
         with self._lock:
+            links.restore(self.links, self._real_path)  # first: what took a link's place is walked below
             self._take_read_only()
             disarmed = []
             for git_dir in dict.fromkeys(self._git_dirs(limit)):
@@ -484,6 +501,7 @@ def watch(
     roots: Iterable[Path],
     read_only: Iterable[Path],
     unwalked: Iterable[Path] = (),
+    kept_links: dict[str, str] | None = None,
 ) -> RepoSweep:
     """Start sweeping `roots` for the executor with `runtime_dir` (or add to its sweep, see
     `RepoSweep.add`); call before a kernel of it starts. What it sweeps is recorded in the
@@ -495,9 +513,9 @@ def watch(
         _sweeps[runtime_dir] = RepoSweep(), records / f"{os.getpid()}-{key}.json"
         _sweeps[runtime_dir][0].start()
     sweep, record = _sweeps[runtime_dir]
-    sweep.add(roots, read_only, unwalked)
+    sweep.add(roots, read_only, unwalked, kept_links)
     record.parent.mkdir(mode=0o700, exist_ok=True)
-    data = {"pid": os.getpid(), "since_ns": sweep.since_ns, **sweep.given}
+    data = {"pid": os.getpid(), "since_ns": sweep.since_ns, **sweep.given, "links": sweep.links}
     record.with_suffix(".tmp").write_text(json.dumps(data))
     record.with_suffix(".tmp").replace(record)
     return sweep
@@ -522,12 +540,14 @@ def _recover(records: Path) -> None:
             data = json.loads(record.read_text())
             pid, since_ns = int(data["pid"]), int(data["since_ns"])
             given = [[Path(p) for p in data[key]] for key in ("roots", "read_only", "unwalked")]
-        except (OSError, ValueError, KeyError, TypeError):
+            kept = {str(k): str(v) for k, v in data.get("links", {}).items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         if pid == os.getpid() or _alive(pid):
             continue
         sweep = RepoSweep()
-        sweep.add(*given)
+        roots, read_only, unwalked = given
+        sweep.add(roots, read_only, unwalked, kept)
         sweep.since_ns = since_ns
         sweep.sweep()
         record.unlink(missing_ok=True)

@@ -90,14 +90,20 @@ async def test_a_second_download_never_writes_through_a_link_the_first_copied(
     assert not (tmp_path / "got" / "cfg").is_symlink()
 
 
+#: A name that clears the screen and sets the terminal's title, with a C1 control (CSI) and a bell.
+ESC = "gone\x1b[2J\x1b]0;pwned\x07\x9b31m"
+
+
 async def test_a_download_goes_on_past_entries_removed_while_it_copies(
     executor: CodeExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Kernel code still writing the tree removes a file, a directory and a link between the
     listing and their copy: the download copies the rest and says what went, instead of failing
-    whole with 'No such file or directory' for the top folder."""
+    whole with 'No such file or directory' for the top folder. A name is shown as data, never
+    as terminal control (one with escape sequences went to the user's terminal as it was)."""
+    names = ("kept", "gone", "gone_dir/deep/f", ESC)
     await executor.execute(
-        "import os\nos.makedirs('out/gone_dir/deep')\nfor name in ('kept', 'gone', 'gone_dir/deep/f'):\n"
+        f"import os\nos.makedirs('out/gone_dir/deep')\nfor name in {names!r}:\n"
         "    open('out/' + name, 'w').write(name)\nos.symlink('kept', 'out/gone_link')"
     )
     listed = os.scandir
@@ -109,6 +115,7 @@ async def test_a_download_goes_on_past_entries_removed_while_it_copies(
             shutil.rmtree(executor.working_dir / "out" / "gone_dir")
             os.remove(executor.working_dir / "out" / "gone")
             os.remove(executor.working_dir / "out" / "gone_link")
+            os.remove(executor.working_dir / "out" / ESC)
         return iter(entries)
 
     monkeypatch.setattr(os, "scandir", scandir_then_remove)
@@ -117,4 +124,6 @@ async def test_a_download_goes_on_past_entries_removed_while_it_copies(
     assert sorted(os.listdir(tmp_path / "got")) == ["kept"]
     assert (tmp_path / "got" / "kept").read_text() == "kept"
     removed = {record.getMessage().split(" was removed")[0] for record in caplog.records}
-    assert removed == {str(executor.working_dir / "out" / name) for name in ("gone", "gone_dir", "gone_link")}
+    names = ("gone", "gone_dir", "gone_link", ESC)
+    assert removed == {repr(str(executor.working_dir / "out" / name)) for name in names}
+    assert all(record.getMessage().isprintable() for record in caplog.records)

@@ -3,6 +3,7 @@ neither changed nor created by a sandboxed kernel, and the sandbox leaves no tra
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from servers.launch import NODE_BIN
 from ipybox import CodeExecutor
 from ipybox.sandbox.autorun import AGENT_SETTINGS, CREATION_BLOCKED, HOOK_MANAGERS
 
-from .conftest import probe, sandbox_config, write_config
+from .conftest import ENV_SECRET, probe, sandbox_config, write_config
 
 pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(120)]
 
@@ -78,6 +79,9 @@ def _repo(workspace: Path) -> list[str]:
         ".mcp.json": "{}\n",
         ".envrc": "export A=1\n",
         ".pre-commit-config.yaml": "repos: []\n",
+        "vendor/lib/.hg/hgrc": "[paths]\n",  # hg runs [hooks] pre-status from it on `hg status`
+        ".jj/repo/config.toml": "",
+        "pkg/.sl/config": "",
     }
     for name, content in files.items():
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +157,11 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
     pre-commit's and husky's cannot be created (nor a file in a stand-in), nor lefthook's local
     configurations beside its configuration; the project holds no trace of the stand-ins
     afterwards."""
-    kinds = AGENT_SETTINGS | {name: "dir" if name == ".husky" else "file" for name in HOOK_MANAGERS}
+    # named here too, so that the test fails if one is dropped from AGENT_SETTINGS
+    hooks_of_more_agents = {".windsurf": "dir", ".clinerules": "dir", ".qwen": "dir", ".kilocode": "dir"}
+    hooks_of_more_agents |= {".factory": "dir", "crush.json": "json", ".crush.json": "json"}
+    kinds = AGENT_SETTINGS | hooks_of_more_agents
+    kinds |= {name: "dir" if name == ".husky" else "file" for name in HOOK_MANAGERS}
     nested = {
         f"pkg/{name}" + ("/pre-commit" if kind == "dir" else ""): "{}\n" for name, kind in kinds.items()
     }
@@ -162,7 +170,8 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
         (workspace / name).write_text(content)
     before = _tree(workspace)
-    blocked = [name for name in CREATION_BLOCKED if name in kinds]
+    blocked = [name for name in [*CREATION_BLOCKED, *hooks_of_more_agents] if name in kinds]
+    blocked = list(dict.fromkeys(blocked))
     blocked += [name for name in HOOK_MANAGERS if "lefthook-local" in name]
     top = [*blocked, *(f"{name}/pre-commit" for name in blocked if kinds[name] == "dir")]
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
@@ -184,22 +193,152 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
     assert all(k.startswith(("alias-", "staging", "loose")) for k in changed), changed
 
 
+async def test_configurations_trusted_by_path_cannot_be_changed(workspace: Path) -> None:
+    """mise runs a trusted `mise.toml`'s `[env]` scripts and `[hooks]` on every prompt of a shell
+    with `mise activate`, and trusts by path, not content: each of its configuration files that
+    exists, at any depth, cannot be changed; files that only look alike stay writable."""
+    protected = [
+        "mise.toml",
+        "pkg/.mise.toml",
+        "pkg/mise.local.toml",
+        "pkg/deep/mise.staging.toml",
+        ".config/mise.toml",
+        ".config/mise/config.toml",
+        "pkg/.mise/config.toml",
+        "mise/config.local.toml",
+    ]
+    free = ["pkg/promise.toml", "pkg/mise.txt", "pkg/mise.toml.orig", "pkg/mise/notes.txt"]
+    for name in [*protected, *free]:
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text("[env]\n")
+    (workspace / "mise" / "config.toml").write_text("[env]\n")
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(
+            executor,
+            TAMPER
+            + f"out = {{t: tamper(t) for t in {protected!r}}}\n"
+            + f"out['free'] = [attempt(lambda: open(t, 'a').write('x')) for t in {free!r}]\n"
+            + "print(_json.dumps(out))",
+        )
+    assert result.pop("free") == ["ok: 1"] * len(free)
+    for target, outcomes in result.items():
+        assert not [o for o in outcomes if o.startswith("ok")], (target, outcomes)
+    assert all((workspace / name).read_text() == "[env]\n" for name in protected)
+
+
+async def test_programs_claude_code_settings_run_cannot_be_changed(workspace: Path) -> None:
+    """Claude Code runs what its project settings name on its own: hooks on every tool call, the
+    status line, credential helpers, project MCP servers. The settings are protected, and so are
+    the scripts in the workspace they name (at the top and in a project below it); other files
+    stay writable."""
+    hook = {"hooks": [{"type": "command", "command": '"$CLAUDE_PROJECT_DIR"/scripts/check.sh --fast'}]}
+    settings = {
+        ".claude/settings.json": {
+            "hooks": {"PreToolUse": [hook]},
+            "statusLine": {"command": "./scripts/status.sh"},
+        },
+        ".claude/settings.local.json": {"apiKeyHelper": "bin/key-helper"},
+        ".mcp.json": {"mcpServers": {"tools": {"command": "python", "args": ["-u", "tools/server.py"]}}},
+        "pkg/.claude/settings.json": {"hooks": {"Stop": [{"hooks": [{"command": "sh lint/run.sh"}]}]}},
+    }
+    named = ["scripts/check.sh", "scripts/status.sh", "bin/key-helper", "tools/server.py", "pkg/lint/run.sh"]
+    free = ["scripts/other.sh", "tools/helpers.py", "lint/run.sh"]
+    for name in [*named, *free]:
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text("#!/bin/sh\n")
+    for name, content in settings.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(json.dumps(content))
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(
+            executor,
+            "write = lambda t: attempt(lambda: open(t, 'a').write('evil'))\n"
+            + f"print(_json.dumps([[write(t) for t in ts] for ts in {[named, free]!r}]))",
+        )
+    assert result[1] == ["ok: 4"] * len(free)
+    assert not [o for o in result[0] if o.startswith("ok")], result[0]
+    assert all((workspace / name).read_text() == "#!/bin/sh\n" for name in named)
+
+
+async def test_auto_run_paths_in_numbers_cannot_stop_later_starts(workspace: Path) -> None:
+    """Each protected path is a mount, and srt refuses a sandbox of more than about 3,000: a kernel
+    that made 1,200 folders with a `.vscode` and an `.idea` (and a `.claude` whose settings and
+    links name 500 files) failed every later kernel start in its workspace. Past a bound, further
+    ones are passed over (with a warning); the shallowest, the user's, stay protected."""
+    (workspace / ".vscode").mkdir()
+    (workspace / ".vscode" / "tasks.json").write_text("{}\n")
+    plant = (
+        "import json, os\n"
+        "for i in range(1200):\n"
+        "    os.makedirs(f'many/{i}/.vscode'); os.makedirs(f'many/{i}/.idea')\n"
+        "os.makedirs('more/.claude')\n"
+        "for i in range(500):\n"
+        "    open(f'more/f{i}', 'w').close(); os.symlink(f'../f{i}', f'more/.claude/l{i}')\n"
+        "hooks = [{'hooks': [{'command': f'sh ./f{i}'}]} for i in range(500)]\n"
+        "open('more/.claude/settings.json', 'w').write(json.dumps({'hooks': {'Stop': hooks}}))\n"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        await executor.execute(plant)
+        await executor.reset()  # the next kernel's sandbox, with all of them there
+        result = await probe(
+            executor, "print(_json.dumps(attempt(lambda: open('.vscode/tasks.json', 'a').write('x'))))"
+        )
+    assert result.startswith("OSError: [Errno 30]"), result
+    assert (workspace / ".vscode" / "tasks.json").read_text() == "{}\n"
+
+
+async def test_secrets_files_in_numbers_cannot_stop_later_starts(workspace: Path) -> None:
+    """srt mounts over every `.env` file it finds, and refuses a sandbox of more than about 3,000
+    mounts: a kernel that made 3,500 empty ones failed every later kernel start in its
+    workspace. Past a bound, the oldest are hidden one by one (the user's, made before the
+    kernel's), with a warning; the workspace's and a nested one stay unreadable."""
+    (workspace / "services" / "api").mkdir(parents=True)
+    (workspace / "services" / "api" / ".env.local").write_text(f"TOKEN={ENV_SECRET}\n")
+    read = (
+        "print(_json.dumps([attempt(lambda: open(p).read()) for p in ('.env', 'services/api/.env.local')]))"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        await executor.execute(
+            "import os\nfor i in range(3500):\n"
+            "    os.makedirs(f'm/{i}')\n    open(f'm/{i}/.env', 'w').close()\n"
+        )
+        await executor.reset()  # the next kernel's sandbox, with all of them there
+        result = await probe(executor, read)
+    assert ENV_SECRET not in json.dumps(result)
+    assert all(r.startswith("PermissionError") for r in result), result
+
+
 async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
     """An include file or hooks directory the repository's config names but nobody made yet
-    (hooks not set up, no local override) stays absent: written by the kernel, git on the host
-    would run what it says (an fsmonitor command on `git status`, a hook on commit). While the
-    sandbox runs, git on the host sees no change in the work tree."""
+    (hooks not set up, no local override) stays absent, and one that exists cannot be changed:
+    written by the kernel, git on the host would run what it says (an fsmonitor command on
+    `git status`, a hook on commit). So for the repositories inside the workspace too (a clone
+    with `core.hooksPath`, a submodule, one deep down). While the sandbox runs, git on the host
+    sees no change in the work tree."""
     _git(workspace, "init", "-q")
     _git(workspace, "config", "core.hooksPath", ".githooks")
     _git(workspace, "config", "include.path", "../local.gitconfig")
     _git(workspace, "config", "includeIf.gitdir:/.path", "nested/extra.gitconfig")
+    nested = {"projects/app": ".githooks", "projects/lib": "hooks", "deep/a/b/c": "../../hooks"}
+    for tree, hooks in nested.items():
+        _git(workspace, "init", "-q", tree)
+        _git(workspace / tree, "config", "core.hooksPath", hooks)
+    (workspace / "projects" / "lib" / "hooks").mkdir()
+    (workspace / "projects" / "lib" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    (workspace / ".git" / "modules").mkdir()
+    _git(workspace, "init", "-q", "--separate-git-dir", str(workspace / ".git" / "modules" / "sub"), "sub")
+    _git(workspace / "sub", "config", "include.path", "../../../sub.gitconfig")  # relative to its config
+    (workspace / "sub.gitconfig").write_text("[user]\n\tname = someone\n")
     marker = tmp_path / "ran-on-host"
     config = f'[core]\n\tfsmonitor = "echo x >> {marker}; false"\n'
     targets = {
         ".githooks/pre-commit": "#!/bin/sh\n",
         "local.gitconfig": config,
         ".git/nested/extra.gitconfig": config,
+        "projects/app/.githooks/pre-commit": "#!/bin/sh\n",
+        "deep/a/hooks/pre-commit": "#!/bin/sh\n",
     }
+    existing = {"projects/lib/hooks/pre-commit": "#!/bin/sh\n", "sub.gitconfig": config}
     before = _git(workspace, "status", "--short")
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
         result = await probe(
@@ -208,14 +347,17 @@ async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_pat
             + "def put(t, text):\n"
             + "    os.makedirs(os.path.dirname(t) or '.', exist_ok=True)\n"
             + "    return open(t, 'w').write(text)\n"
-            + f"print(_json.dumps([attempt(lambda: put(t, x)) for t, x in {targets!r}.items()]))",
+            + f"print(_json.dumps([attempt(lambda: put(t, x)) for t, x in {targets | existing!r}.items()]))",
         )
         during = _git(workspace, "status", "--short")
     assert not [o for o in result if o.startswith("ok")], result
     assert during == before, (before, during)
-    _git(workspace, "status")
+    for tree in [".", "sub", *nested]:
+        _git(workspace / tree, "status")
     assert not marker.exists()
     assert not any((workspace / t).exists() for t in targets)  # the stand-ins are gone again
+    assert all((workspace / t).read_text() != config for t in existing if t.endswith("commit"))
+    assert (workspace / "sub.gitconfig").read_text() != config
 
 
 async def test_placeholders_outlive_a_second_executor_in_the_same_workspace(workspace: Path) -> None:

@@ -7,8 +7,10 @@ each tree the walk names the same places, or hands the folder back to srt's glob
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,24 @@ def test_where_srts_rules_decide_the_folder_keeps_the_globs(
         assert dotenv.denials(root) == [f"{root}/{p}" for p in dotenv.PATTERNS]
     finally:
         (root / "sub").chmod(0o755)
+
+
+def test_past_a_bound_the_oldest_are_hidden_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """srt refuses a sandbox of some thousand mounts, one per `.env` file it hides: past
+    `MAX_DOTENV`, the files changed longest ago (the user's, before a kernel's flood) are named."""
+    monkeypatch.setattr(dotenv, "MAX_DOTENV", 3)
+    made = []
+    for i in range(6):
+        (tmp_path / str(i)).mkdir()
+        made.append(tmp_path / str(i) / ".env")
+        made[-1].write_text("S=1\n")
+        time.sleep(0.02)  # change times in the order made, on coarse clocks too
+    (tmp_path / "1" / ".env.link").symlink_to(made[0])  # left to srt, but the bound comes first
+    with caplog.at_level(logging.WARNING, logger="ipybox.sandbox.dotenv"):
+        assert dotenv.denials(tmp_path) == [str(p) for p in made[:3]]
+    assert "holds 6 .env files" in caplog.text
 
 
 async def test_a_kernel_reads_no_env_file_the_walk_or_srt_found(tmp_path: Path) -> None:
