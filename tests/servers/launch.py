@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import platform
+import random
 import shutil
 import signal
 import socket
@@ -70,11 +71,24 @@ def node_servers_installed() -> bool:
     return EVERYTHING.exists() and FILESYSTEM.exists()
 
 
+#: Where `free_port` picks: below the kernel's range of ephemeral ports (Linux: 32768-60999),
+#: from which every process that binds port 0 gets one (kernels' ZMQ sockets, clients). A port
+#: picked there and listened on a moment later could be taken in between by a kernel another
+#: test worker starts; one picked here cannot.
+_PICKED = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that is free now and outside the ephemeral range (see `_PICKED`)."""
+    for _ in range(200):
+        port = random.choice(_PICKED)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PICKED.start}-{_PICKED.stop - 1} after 200 tries")
 
 
 # --- processes and polling --------------------------------------------------------------------
