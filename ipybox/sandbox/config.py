@@ -207,11 +207,16 @@ def kernel_policy(
     # the workspace's and those in packages of editable installs (often the project's root)
     top: list[Path] = [] if workspace is None else [workspace]
     folders: list[Path | str] = [*top, *reads.editable_packages()]
+    env_hidden: list[str] = []
     for folder in folders:
         if any(c in str(folder) for c in "*?[]{}!"):
             logger.warning("not hiding .env files below %s: its path has glob characters", folder)
         elif os.path.isdir(folder):
-            deny_read.extend(dotenv.denials(folder))
+            env_hidden += dotenv.denials(folder)
+    deny_read.extend(env_hidden)
+    # a writable bind (a pinned folder) at or below a hidden .env place would show it again
+    env_places = [p for p in env_hidden if not _globby(p)]
+    fs["allowWrite"] = [p for p in fs["allowWrite"] if not reads.within(os.path.abspath(p), env_places)]
     needed = [*map(str, [*reachable, *top]), *reads.readable(map(str, readable))]
     deny_read.extend(_hidden_in_named(named, [*fs["allowWrite"], *needed]))
     fs["allowRead"] = [*named, *needed]
