@@ -207,12 +207,7 @@ def kernel_policy(
     # the workspace's and those in packages of editable installs (often the project's root)
     top: list[Path] = [] if workspace is None else [workspace]
     folders: list[Path | str] = [*top, *reads.editable_packages()]
-    env_hidden: list[str] = []
-    for folder in folders:
-        if any(c in str(folder) for c in "*?[]{}!"):
-            logger.warning("not hiding .env files below %s: its path has glob characters", folder)
-        elif os.path.isdir(folder):
-            env_hidden += dotenv.denials(folder)
+    env_hidden = _env_denials(folders)
     deny_read.extend(env_hidden)
     # a writable bind (a pinned folder) at or below a hidden .env place would show it again
     env_places = [p for p in env_hidden if not _globby(p)]
@@ -227,6 +222,17 @@ def kernel_policy(
     network.setdefault("deniedDomains", [])
     network["allowAllUnixSockets"] = True
     return policy
+
+
+def _env_denials(folders: Sequence[Path | str]) -> list[str]:
+    """The `denyRead` entries that hide every `.env` file below `folders` (`ipybox.sandbox.dotenv`)."""
+    hidden: list[str] = []
+    for folder in folders:
+        if any(c in str(folder) for c in "*?[]{}!"):
+            logger.warning("not hiding .env files below %s: its path has glob characters", folder)
+        elif os.path.isdir(folder):
+            hidden += dotenv.denials(folder)
+    return hidden
 
 
 def _hidden_in_named(named: Sequence[str], needed: Sequence[Path | str]) -> list[str]:
