@@ -5,17 +5,15 @@ hidden from every kernel. srt can find them itself from `**/.env` globs, but it 
 once per pattern, in JavaScript, at each kernel start: ~5-30 ms a walk on a 2-core machine,
 eight walks for a checkout with an editable install. One walk here, in the order srt's would
 take (symbolic links to directories followed, but for links leading back up the tree), names
-the matches by their real paths. Where srt's own rules decide what is hidden (a match that is a
-link, a directory that cannot be listed, a name srt would read as a glob itself), the folder
-keeps the globs and srt walks it as before.
+what srt would hide: each match where it lies, where a matching link leads, a directory that
+cannot be listed. srt is never handed the globs: its rules let a kernel's `.env` link hide
+anything (the standard library: every later start failed) and mount each match it finds.
 
 srt mounts over each file it hides and refuses a sandbox of more than about 3,000 mounts, so a
 kernel that made 3,500 empty `.env` files failed every later start in its workspace. Where a
 walk finds more than `MAX_DOTENV`, the ones that changed longest ago are hidden (a change time
 cannot be set back: the user's files are older than those a kernel made in numbers), with a
-warning for the rest. Matches left to srt's rules count too (its globs would mount each), and
-past the bound what srt would have hidden for them is named here: where a matching link leads,
-a folder that cannot be listed. The walk reads the whole tree, as srt's would.
+warning for the rest.
 """
 
 from __future__ import annotations
@@ -23,31 +21,53 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-#: What srt is asked to hide below a folder where the walk leaves it to srt.
-PATTERNS = ("**/.env", "**/.env.*")
 #: Files hidden one by one below a folder at most (see the module's docstring).
 MAX_DOTENV = 500
-#: Characters that make a `denyRead` entry a glob for srt.
-_GLOB = frozenset("*?[]{}!")
+#: Characters that make a `denyRead` entry a glob for srt (its `containsGlobChars`); `[` and `]`
+#: can be matched alone (`[[]`, and `]` is plain in its regex), `*` and `?` cannot.
+_EXACT = str.maketrans({"[": "[[]"})
+_UNMATCHABLE = frozenset("*?")
 
 
-def denials(folder: Path | str) -> list[str]:
-    """What `denyRead` needs to hide every `.env` and `.env.*` below `folder`: their real paths
-    (none if there are none), or srt's globs where its rules decide."""
+def denials(folder: Path | str, keep: Sequence[str] = ()) -> list[str]:
+    """What `denyRead` needs to hide every `.env` and `.env.*` below `folder`: where each lies
+    (`[` spelled as a glob that matches it alone; one with `*` or `?` is left out, with a
+    warning: srt could only read it as a pattern), where a matching link leads
+    (but for `folder` and above, and the `keep` paths, the system and Python files a kernel
+    needs, and above them), a folder that cannot be listed; at most `MAX_DOTENV`."""
     walk = _walk(str(folder))
-    if walk.count > MAX_DOTENV:  # srt's globs would mount every one: named here, the oldest
-        return _oldest(folder, walk)
-    if walk.links or walk.unlisted or walk.globbed:
-        # and, named, the folders srt's globs hide whole (where links lead, folders named like a
-        # `.env`): the writable binds ipybox pins on shallow folders would show them again
-        led = {_leads_to(link, folder) for link in walk.links} | {p for p in walk.found if os.path.isdir(p)}
-        return [f"{folder}/{pattern}" for pattern in PATTERNS] + sorted(p for p in led if p)
-    return walk.found
+    places: dict[str, int] = {}  # where to mount -> when the name that asks for it changed
+    for name, where in [
+        *((p, p) for p in walk.found),
+        *((p, _leads_to(p, folder, keep)) for p in walk.links),
+        *((p, p) for p in walk.unlisted),
+    ]:
+        if where is not None:
+            places[where] = min(places.get(where, _changed(name)), _changed(name))
+    chosen = list(places)
+    if len(places) > MAX_DOTENV:
+        logger.warning(
+            "%s holds %d .env files; the %d changed longest ago are hidden from the sandbox, not the "
+            "rest (code in a kernel may have made them in numbers; remove those you do not use)",
+            folder,
+            len(places),
+            MAX_DOTENV,
+        )
+        chosen = sorted(places, key=places.__getitem__)[:MAX_DOTENV]
+    if unmatchable := [p for p in chosen if not _UNMATCHABLE.isdisjoint(p)]:
+        logger.warning(
+            "not hiding %d .env files from the sandbox whose paths hold '*' or '?', which srt reads "
+            "as patterns (rename them to hide them), e.g. %r",
+            len(unmatchable),
+            unmatchable[0],
+        )
+    return [p.translate(_EXACT) for p in chosen if _UNMATCHABLE.isdisjoint(p)]
 
 
 def _named(name: str) -> bool:
@@ -56,22 +76,13 @@ def _named(name: str) -> bool:
 
 @dataclass
 class _Walk:
-    found: list[str] = field(default_factory=list)  # real paths of the plain matches
-    # what srt's rules decide (its globs hide this folder then): matching links, directories
-    # that cannot be listed, and how many matches have glob characters in their paths
-    links: list[str] = field(default_factory=list)
-    unlisted: list[str] = field(default_factory=list)
-    globbed: int = 0
-
-    @property
-    def count(self) -> int:
-        """What srt's globs would mount over, about: one a match, one an unlisted directory."""
-        return len(self.found) + len(self.links) + len(self.unlisted) + self.globbed
+    found: list[str] = field(default_factory=list)  # real paths of the matches but links
+    links: list[str] = field(default_factory=list)  # matching links (srt hides where they lead)
+    unlisted: list[str] = field(default_factory=list)  # directories that cannot be listed
 
 
 def _walk(folder: str) -> _Walk:
-    """Every match below `folder` (the whole tree: where srt would walk it, each match it
-    finds is a mount, so how many there are must be known before srt is handed the globs)."""
+    """Every match below `folder` (the whole tree, as srt's walk would read it)."""
     walk = _Walk()
     base = os.path.realpath(folder)
     pending, listed = [base], {base}
@@ -88,7 +99,7 @@ def _walk(folder: str) -> _Walk:
         for entry in entries:
             path = os.path.join(directory, entry.name)
             if entry.is_symlink():
-                if _named(entry.name):  # what a matching link hides is srt's rule
+                if _named(entry.name):
                     walk.links.append(path)
                     continue
                 target = _directory_behind(path)
@@ -99,36 +110,11 @@ def _walk(folder: str) -> _Walk:
                     pending.append(target)
                 continue
             if _named(entry.name):
-                if _GLOB.isdisjoint(path):
-                    walk.found.append(path)
-                else:  # srt would match it as a pattern, not by its name
-                    walk.globbed += 1
+                walk.found.append(path)
             if entry.is_dir(follow_symlinks=False) and path not in listed:
                 listed.add(path)
                 pending.append(path)
     return walk
-
-
-def _oldest(folder: Path | str, walk: _Walk) -> list[str]:
-    """The `MAX_DOTENV` places changed longest ago, as srt would mount them: a match's real
-    path, where a matching link leads, an unlisted directory (names with glob characters,
-    which srt would read as patterns, cannot be handed to it)."""
-    places: dict[str, int] = {}  # where to mount -> when the name that asks for it changed
-    for name, where in [
-        *((p, p) for p in walk.found),
-        *((p, _leads_to(p, folder)) for p in walk.links),
-        *((p, p) for p in walk.unlisted),
-    ]:
-        if where is not None and _GLOB.isdisjoint(where):  # (srt reads those as patterns)
-            places[where] = min(places.get(where, _changed(name)), _changed(name))
-    logger.warning(
-        "%s holds %d .env files; the %d changed longest ago are hidden from the sandbox, not the rest "
-        "(code in a kernel may have made them in numbers; remove those you do not use)",
-        folder,
-        walk.count,
-        MAX_DOTENV,
-    )
-    return sorted(places, key=places.__getitem__)[:MAX_DOTENV]
 
 
 def _changed(path: str) -> int:
@@ -138,12 +124,17 @@ def _changed(path: str) -> int:
         return 0
 
 
-def _leads_to(link: str, folder: Path | str) -> str | None:
-    """Where srt mounts for a matching link: its target's real path (None if it has none, or is
-    `folder` or above it: hiding those is srt's call, and ipybox keeps the workspace shown)."""
+def _leads_to(link: str, folder: Path | str, keep: Sequence[str]) -> str | None:
+    """Where srt would mount for a matching link: its target's real path; None if there is none,
+    or it is `folder` or above it, a folder at the root (`/etc`, `/proc`), or a `keep` path,
+    below or above one (a kernel's `.env` link to the standard library made every later start
+    fail)."""
     where = os.path.realpath(link)
-    above = _at_or_under(os.path.realpath(folder), where)
-    return None if above or not os.path.lexists(where) or not _GLOB.isdisjoint(where) else where
+    if not os.path.lexists(where) or where.count("/") < 2 or _at_or_under(os.path.realpath(folder), where):
+        return None
+    if any(_at_or_under(where, k) or _at_or_under(k, where) for k in map(os.path.realpath, keep)):
+        return None
+    return where
 
 
 def _directory_behind(link: str) -> str | None:

@@ -1,7 +1,8 @@
 """ipybox's own walk for `.env` files against srt's glob expansion, and what a kernel reads then.
 
 srt's expansion of `**/.env` (its `expandReadDenyGlobLinux`, run under node) is the oracle: on
-each tree the walk names the same places, or hands the folder back to srt's globs.
+each tree the walk names the same places (srt is never handed those globs: its rules let a
+kernel's `.env` link hide what every kernel needs).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from .conftest import probe
 
 pytestmark = pytest.mark.usefixtures("srt_available")
 
+#: srt's own globs for what ipybox hides, the oracle's.
+PATTERNS = ("**/.env", "**/.env.*")
+
 _EXPAND = """
 import {{ expandReadDenyGlobLinux }} from {module!r};
 const out = [];
@@ -31,10 +35,11 @@ console.log(JSON.stringify(out));
 """
 
 
-def _srt_hides(folder: Path) -> set[str]:
-    """What srt mounts over for the `.env` globs below `folder`."""
+def _srt_hides(folder: Path, patterns: list[str] | None = None) -> set[str]:
+    """What srt mounts over for the `.env` globs below `folder` (or for `patterns`)."""
     module = REPO / "node_modules/@anthropic-ai/sandbox-runtime/dist/sandbox/read-deny-glob.js"
-    script = _EXPAND.format(module=str(module), patterns=[f"{folder}/{p}" for p in dotenv.PATTERNS])
+    patterns = [f"{folder}/{p}" for p in PATTERNS] if patterns is None else patterns
+    script = _EXPAND.format(module=str(module), patterns=patterns)
     done = subprocess.run(
         ["node", "--input-type=module", "-e", script], capture_output=True, text=True, check=True
     )
@@ -74,25 +79,33 @@ def test_the_walk_hides_what_srts_globs_hide(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("case", ["matching link", "glob characters", "unlistable"])
-def test_where_srts_rules_decide_the_folder_keeps_the_globs(
-    tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_what_srts_rules_decide_is_named_too(tmp_path: Path, case: str) -> None:
+    """srt hides where a matching link leads and a folder it cannot list; a name with glob
+    characters is handed over as a glob that matches it alone (checked with srt's expansion)."""
     root = tmp_path / "project"
     (root / "sub").mkdir(parents=True)
     (tmp_path / "secret").write_text("S=1\n")
     if case == "matching link":
         (root / "sub" / ".env").symlink_to(tmp_path / "secret")
+        assert dotenv.denials(root) == [str(tmp_path / "secret")]
     elif case == "glob characters":
-        (root / "sub" / ".env.[a]").write_text("S=1\n")
+        names = [".env.[a]", ".env.a]", ".env.[", ".env.[x]]", ".env.{b}!", ".env.*", ".env.?"]
+        for name in [*names, ".env.a", ".env.x", ".env.ab"]:  # the last three match globs, not names
+            (root / "sub" / name).write_text("S=1\n")
+        found = dotenv.denials(root)
+        assert _srt_hides(root, [p for p in found if set(p) & set("[]")]) == {
+            str(root / "sub" / n) for n in names[:4]
+        }
+        assert str(root / "sub" / ".env.{b}!") in found  # not a glob for srt
+        assert not [p for p in found if set(p) & set("*?")]  # srt could only read them as patterns
     else:
         if os.geteuid() == 0:
             pytest.skip("root lists any directory")
         (root / "sub").chmod(0)
-    try:
-        led = [str(tmp_path / "secret")] if case == "matching link" else []  # named: see below
-        assert dotenv.denials(root) == [f"{root}/{p}" for p in dotenv.PATTERNS] + led
-    finally:
-        (root / "sub").chmod(0o755)
+        try:
+            assert dotenv.denials(root) == [str(root / "sub")]
+        finally:
+            (root / "sub").chmod(0o755)
 
 
 def test_past_a_bound_the_oldest_are_hidden_one_by_one(
@@ -110,7 +123,7 @@ def test_past_a_bound_the_oldest_are_hidden_one_by_one(
     (tmp_path / "1" / ".env.link").symlink_to(made[0])  # left to srt, but the bound comes first
     with caplog.at_level(logging.WARNING, logger="ipybox.sandbox.dotenv"):
         assert dotenv.denials(tmp_path) == [str(p) for p in made[:3]]
-    assert "holds 7 .env files" in caplog.text  # the link counts: srt's globs would mount it
+    assert "holds 6 .env files" in caplog.text
 
 
 async def test_a_kernel_reads_no_env_file_the_walk_or_srt_found(tmp_path: Path) -> None:
@@ -145,7 +158,8 @@ async def test_what_a_users_env_link_or_folder_hides_stays_hidden_through_a_kern
     writable binds ipybox pins on a workspace's shallow folders showed them again: a user's
     `app/.env -> ../vault` and a `.env.prod/x/` folder were read by the kernel. Past the bound,
     what srt's rules decide was dropped too (a link's target), and matches left to srt's globs
-    were not counted, so 3,100 `.env.[N]` files had srt mount each and refuse every later start."""
+    were not counted, so 3,100 `.env.[N]` files had srt mount each and refuse every later start;
+    and `.env` links to the standard library beside such a name had srt hide it from every kernel."""
     monkeypatch.setattr(dotenv, "MAX_DOTENV", 20)
     root = tmp_path / "project"
     (root / "config").mkdir(parents=True)
@@ -161,10 +175,17 @@ async def test_what_a_users_env_link_or_folder_hides_stays_hidden_through_a_kern
     reads = f"print(_json.dumps({{t: attempt(lambda t=t: open(t).read()) for t in {names!r}}}))"
     flood = "for i in range(30): os.makedirs(f'f/{i}', exist_ok=True); open(f'f/{i}/.env', 'w').close()\n"
     globs = "os.makedirs('g', exist_ok=True)\nfor i in range(3100): open(f'g/.env.[{i}]', 'w').close()\n"
+    # links to what every kernel needs, beside a name with glob characters (which handed srt
+    # its globs, and srt hides where a matching link leads): every later start failed
+    needed = (
+        "import json; open('.env.[z]', 'w').close()\n"
+        "for i, t in enumerate([json.__file__, os.path.dirname(json.__file__), os.path.dirname(os.__file__), "
+        "os.getcwd() + '/..', '/etc', '/proc', tempfile.gettempdir()]): os.symlink(t, f'.env.l{i}')\n"
+    )
     async with CodeExecutor(sandbox=True, working_dir=root, spare_kernel=False) as executor:
-        for made in ("", flood, globs):
+        for made in ("", needed, flood, globs):
             if made:
-                await probe(executor, "import os\n" + made + "print(1)")
+                await probe(executor, "import os, shutil, tempfile\n" + made + "print(1)")
                 await executor.reset()  # the policy is built again over what the kernel made
             tried = await probe(executor, reads)
             assert not {t: r for t, r in tried.items() if r.startswith("ok")}, (made[:40], tried)
@@ -182,6 +203,7 @@ def test_past_the_bound_srt_is_handed_no_globs_to_expand(
         root.mkdir()
         (root / "user.env").write_text("S=1\n")
         (root / ".env").symlink_to("user.env")
+        time.sleep(0.02)  # the kernel's come later, on coarse clocks too
         for i in range(30):
             (root / str(i)).mkdir()
             if case == "entries":  # behind 50,000 entries of filler, walked first (the last listed)
