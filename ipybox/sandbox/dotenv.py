@@ -33,6 +33,8 @@ MAX_DOTENV = 500
 #: can be matched alone (`[[]`, and `]` is plain in its regex), `*` and `?` cannot.
 _EXACT = str.maketrans({"[": "[[]"})
 _UNMATCHABLE = frozenset("*?")
+#: Pseudo-filesystems: a link into one is not followed.
+_PSEUDO = ("/proc", "/sys", "/dev")
 
 
 def denials(folder: Path | str, keep: Sequence[str] = ()) -> list[str]:
@@ -41,7 +43,7 @@ def denials(folder: Path | str, keep: Sequence[str] = ()) -> list[str]:
     warning: srt could only read it as a pattern), where a matching link leads
     (but for `folder` and above, and the `keep` paths, the system and Python files a kernel
     needs, and above them), a folder that cannot be listed; at most `MAX_DOTENV`."""
-    walk = _walk(str(folder))
+    walk = _walk(str(folder), [*map(os.path.realpath, keep), *_PSEUDO])
     places: dict[str, int] = {}  # where to mount -> when the name that asks for it changed
     for name, where in [
         *((p, p) for p in walk.found),
@@ -81,8 +83,10 @@ class _Walk:
     unlisted: list[str] = field(default_factory=list)  # directories that cannot be listed
 
 
-def _walk(folder: str) -> _Walk:
-    """Every match below `folder` (the whole tree, as srt's walk would read it)."""
+def _walk(folder: str, unfollowed: Sequence[str] = ()) -> _Walk:
+    """Every match below `folder` (the whole tree, as srt's walk would read it), but for links
+    into the `unfollowed` directories: a kernel's link to /usr made the host walk all of it at
+    every start (5.6 s here), one to /proc every process's folders."""
     walk = _Walk()
     base = os.path.realpath(folder)
     pending, listed = [base], {base}
@@ -105,6 +109,8 @@ def _walk(folder: str) -> _Walk:
                 target = _directory_behind(path)
                 if target is None or _at_or_under(directory, target) or _at_or_under(base, target):
                     continue  # not a directory, or back up the tree: srt does not list it either
+                if any(_at_or_under(target, u) for u in unfollowed):
+                    continue  # what the kernel needs (no user's .env), or not files at all
                 if target not in listed:
                     listed.add(target)
                     pending.append(target)

@@ -219,3 +219,19 @@ def test_past_the_bound_srt_is_handed_no_globs_to_expand(
         found = dotenv.denials(root)
         assert not any("*" in p for p in found), (case, found)
         assert len(found) <= 20 and str(root / "user.env") in found, (case, found)
+
+
+def test_links_into_what_the_kernel_needs_or_pseudo_filesystems_are_not_walked(tmp_path: Path) -> None:
+    """The walk runs on the host at every start: a kernel's link to /usr had it read all of
+    /usr (5.6 s a start here), one to /proc every process's folders (naming some it could not
+    list). Links into the paths the kernel needs (Python, the system) and into /proc, /sys and
+    /dev are not followed; a `.env` link there is not followed either."""
+    root, needed = tmp_path / "project", tmp_path / "site-packages"
+    (needed / "pkg").mkdir(parents=True)
+    (needed / "pkg" / ".env").write_text("S=1\n")  # a package's, not the user's
+    root.mkdir()
+    (root / ".env").write_text("S=1\n")
+    for name, target in {"lib": needed, "p": Path("/proc"), "s": Path("/sys"), "d": Path("/dev")}.items():
+        (root / name).symlink_to(target)
+    (root / ".env.pkg").symlink_to(needed / "pkg" / ".env")
+    assert dotenv.denials(root, [str(needed)]) == [str(root / ".env")]
