@@ -67,10 +67,17 @@ def as_shown(text: str) -> str:
 
 
 def _overwritten(line: str) -> str:
-    shown = ""
-    for part in line.split("\r"):
-        shown = part + shown[len(part) :]
-    return shown
+    """What stays of `line`'s parts, each written over the start of those before it: each
+    character comes from the last part that reaches it, so the parts are taken from the last,
+    each adding what it holds past the longest after it (linear: written over one by one, a
+    long line and a million short overwrites took minutes)."""
+    kept: list[str] = []
+    reached = 0
+    for part in reversed(line.split("\r")):
+        if len(part) > reached:
+            kept.append(part[reached:])
+            reached = len(part)
+    return "".join(kept)
 
 
 @contextlib.contextmanager

@@ -207,11 +207,8 @@ def kernel_policy(
     # the workspace's and those in packages of editable installs (often the project's root)
     top: list[Path] = [] if workspace is None else [workspace]
     folders: list[Path | str] = [*top, *reads.editable_packages()]
-    for folder in folders:
-        if any(c in str(folder) for c in "*?[]{}!"):
-            logger.warning("not hiding .env files below %s: its path has glob characters", folder)
-        elif os.path.isdir(folder):
-            deny_read.extend(dotenv.denials(folder))
+    needs = [p for p in reads.readable(map(str, readable)) if p != "/etc"]  # a user file there: hidden
+    _hide_env_files(fs, folders, [str(writable_dir), *map(str, reachable), *needs, *_runtime_roots()])
     needed = [*map(str, [*reachable, *top]), *reads.readable(map(str, readable))]
     deny_read.extend(_hidden_in_named(named, [*fs["allowWrite"], *needed]))
     fs["allowRead"] = [*named, *needed]
@@ -222,6 +219,21 @@ def kernel_policy(
     network.setdefault("deniedDomains", [])
     network["allowAllUnixSockets"] = True
     return policy
+
+
+def _hide_env_files(fs: dict[str, Any], folders: Sequence[Path | str], keep: Sequence[str]) -> None:
+    """Hide every `.env` file below `folders` (`ipybox.sandbox.dotenv`); where `.env` links lead
+    too, but for the `keep` paths the kernel needs (its runtime, Python, the system)."""
+    hidden: list[str] = []
+    for folder in folders:
+        if any(c in str(folder) for c in "*?[]{}!"):
+            logger.warning("not hiding .env files below %s: its path has glob characters", folder)
+        elif os.path.isdir(folder):
+            hidden += dotenv.denials(folder, keep)
+    fs["denyRead"].extend(hidden)
+    # a writable bind (a pinned folder) at or below a hidden place would show it again
+    places = [p for p in hidden if not _globby(p)]
+    fs["allowWrite"] = [p for p in fs["allowWrite"] if not reads.within(os.path.abspath(p), places)]
 
 
 def _hidden_in_named(named: Sequence[str], needed: Sequence[Path | str]) -> list[str]:

@@ -5,9 +5,9 @@ hidden from every kernel. srt can find them itself from `**/.env` globs, but it 
 once per pattern, in JavaScript, at each kernel start: ~5-30 ms a walk on a 2-core machine,
 eight walks for a checkout with an editable install. One walk here, in the order srt's would
 take (symbolic links to directories followed, but for links leading back up the tree), names
-the matches by their real paths. Where srt's own rules decide what is hidden (a match that is a
-link, a directory that cannot be listed, a name srt would read as a glob itself, a tree larger
-than `MAX_ENTRIES`), the folder keeps the globs and srt walks it as before.
+what srt would hide: each match where it lies, where a matching link leads, a directory that
+cannot be listed. srt is never handed the globs: its rules let a kernel's `.env` link hide
+anything (the standard library: every later start failed) and mount each match it finds.
 
 srt mounts over each file it hides and refuses a sandbox of more than about 3,000 mounts, so a
 kernel that made 3,500 empty `.env` files failed every later start in its workspace. Where a
@@ -21,30 +21,55 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-#: What srt is asked to hide below a folder where the walk leaves it to srt.
-PATTERNS = ("**/.env", "**/.env.*")
-#: Entries one folder's walk reads at most; srt walks a larger tree itself.
-MAX_ENTRIES = 50_000
 #: Files hidden one by one below a folder at most (see the module's docstring).
 MAX_DOTENV = 500
-#: Characters that make a `denyRead` entry a glob for srt.
-_GLOB = frozenset("*?[]{}!")
+#: Characters that make a `denyRead` entry a glob for srt (its `containsGlobChars`); `[` and `]`
+#: can be matched alone (`[[]`, and `]` is plain in its regex), `*` and `?` cannot.
+_EXACT = str.maketrans({"[": "[[]"})
+_UNMATCHABLE = frozenset("*?")
+#: Pseudo-filesystems: a link into one is not followed.
+_PSEUDO = ("/proc", "/sys", "/dev")
 
 
-def denials(folder: Path | str) -> list[str]:
-    """What `denyRead` needs to hide every `.env` and `.env.*` below `folder`: their real paths
-    (none if there are none), or srt's globs where its rules decide."""
-    walk = _walk(str(folder))
-    if len(walk.found) > MAX_DOTENV:
-        return _oldest(folder, walk.found)
-    if walk.left_to_srt:
-        return [f"{folder}/{pattern}" for pattern in PATTERNS]
-    return walk.found
+def denials(folder: Path | str, keep: Sequence[str] = ()) -> list[str]:
+    """What `denyRead` needs to hide every `.env` and `.env.*` below `folder`: where each lies
+    (`[` spelled as a glob that matches it alone; one with `*` or `?` is left out, with a
+    warning: srt could only read it as a pattern), where a matching link leads
+    (but for `folder` and above, and the `keep` paths, the system and Python files a kernel
+    needs, and above them), a folder that cannot be listed; at most `MAX_DOTENV`."""
+    walk = _walk(str(folder), [*map(os.path.realpath, keep), *_PSEUDO])
+    places: dict[str, int] = {}  # where to mount -> when the name that asks for it changed
+    for name, where in [
+        *((p, p) for p in walk.found),
+        *((p, _leads_to(p, folder, keep)) for p in walk.links),
+        *((p, p) for p in walk.unlisted),
+    ]:
+        if where is not None:
+            places[where] = min(places.get(where, _changed(name)), _changed(name))
+    chosen = list(places)
+    if len(places) > MAX_DOTENV:
+        logger.warning(
+            "%s holds %d .env files; the %d changed longest ago are hidden from the sandbox, not the "
+            "rest (code in a kernel may have made them in numbers; remove those you do not use)",
+            folder,
+            len(places),
+            MAX_DOTENV,
+        )
+        chosen = sorted(places, key=places.__getitem__)[:MAX_DOTENV]
+    if unmatchable := [p for p in chosen if not _UNMATCHABLE.isdisjoint(p)]:
+        logger.warning(
+            "not hiding %d .env files from the sandbox whose paths hold '*' or '?', which srt reads "
+            "as patterns (rename them to hide them), e.g. %r",
+            len(unmatchable),
+            unmatchable[0],
+        )
+    return [p.translate(_EXACT) for p in chosen if _UNMATCHABLE.isdisjoint(p)]
 
 
 def _named(name: str) -> bool:
@@ -53,15 +78,18 @@ def _named(name: str) -> bool:
 
 @dataclass
 class _Walk:
-    found: list[str] = field(default_factory=list)  # real paths of the plain matches
-    left_to_srt: bool = False  # something only srt's rules decide: its globs hide this folder
+    found: list[str] = field(default_factory=list)  # real paths of the matches but links
+    links: list[str] = field(default_factory=list)  # matching links (srt hides where they lead)
+    unlisted: list[str] = field(default_factory=list)  # directories that cannot be listed
 
 
-def _walk(folder: str) -> _Walk:
-    """The matches below `folder`, listing at most `MAX_ENTRIES` entries."""
+def _walk(folder: str, unfollowed: Sequence[str] = ()) -> _Walk:
+    """Every match below `folder` (the whole tree, as srt's walk would read it), but for links
+    into the `unfollowed` directories: a kernel's link to /usr made the host walk all of it at
+    every start (5.6 s here), one to /proc every process's folders."""
     walk = _Walk()
     base = os.path.realpath(folder)
-    pending, listed, seen = [base], {base}, 0
+    pending, listed = [base], {base}
     while pending:
         directory = pending.pop()
         try:
@@ -70,51 +98,49 @@ def _walk(folder: str) -> _Walk:
         except FileNotFoundError:  # gone since: nothing below it to hide
             continue
         except OSError:  # srt hides a directory it cannot list whole
-            walk.left_to_srt = True
+            walk.unlisted.append(directory)
             continue
-        seen += len(entries)
-        if seen > MAX_ENTRIES:
-            walk.left_to_srt = True
-            return walk
         for entry in entries:
             path = os.path.join(directory, entry.name)
             if entry.is_symlink():
-                if _named(entry.name):  # what a matching link hides is srt's rule
-                    walk.left_to_srt = True
+                if _named(entry.name):
+                    walk.links.append(path)
                     continue
                 target = _directory_behind(path)
                 if target is None or _at_or_under(directory, target) or _at_or_under(base, target):
                     continue  # not a directory, or back up the tree: srt does not list it either
+                if any(_at_or_under(target, u) for u in unfollowed):
+                    continue  # what the kernel needs (no user's .env), or not files at all
                 if target not in listed:
                     listed.add(target)
                     pending.append(target)
                 continue
             if _named(entry.name):
-                if _GLOB.isdisjoint(path):
-                    walk.found.append(path)
-                else:  # srt would match it as a pattern, not by its name
-                    walk.left_to_srt = True
+                walk.found.append(path)
             if entry.is_dir(follow_symlinks=False) and path not in listed:
                 listed.add(path)
                 pending.append(path)
     return walk
 
 
-def _oldest(folder: Path | str, found: list[str]) -> list[str]:
-    def changed(path: str) -> int:
-        try:
-            return os.lstat(path).st_ctime_ns
-        except OSError:
-            return 0
+def _changed(path: str) -> int:
+    try:
+        return os.lstat(path).st_ctime_ns
+    except OSError:
+        return 0
 
-    logger.warning(
-        "%s holds %d .env files; the %d changed longest ago are hidden from the sandbox, not the rest "
-        "(code in a kernel may have made them in numbers; remove those you do not use)",
-        folder,
-        len(found),
-        MAX_DOTENV,
-    )
-    return sorted(found, key=changed)[:MAX_DOTENV]
+
+def _leads_to(link: str, folder: Path | str, keep: Sequence[str]) -> str | None:
+    """Where srt would mount for a matching link: its target's real path; None if there is none,
+    or it is `folder` or above it, a folder at the root (`/etc`, `/proc`), or a `keep` path,
+    below or above one (a kernel's `.env` link to the standard library made every later start
+    fail)."""
+    where = os.path.realpath(link)
+    if not os.path.lexists(where) or where.count("/") < 2 or _at_or_under(os.path.realpath(folder), where):
+        return None
+    if any(_at_or_under(where, k) or _at_or_under(k, where) for k in map(os.path.realpath, keep)):
+        return None
+    return where
 
 
 def _directory_behind(link: str) -> str | None:

@@ -110,14 +110,17 @@ class RepoSweep:
         (the kernel's private one) are writable too but not walked: only a repository there that
         a `.git` file or link in a root points to is disarmed. The `kept_links` (read-only paths
         that are links: path, what it names) are made again where replaced; what they lead to
-        is read-only, their names are not. Cheap (a kernel's start waits on it): the paths are
-        resolved by the next sweep."""
+        is read-only, their names are not; a link recorded already keeps what it named then (a
+        kernel may have replaced it since, before a sweep), and is made again here, before the
+        next kernel starts. Cheap (a kernel's start waits on it): the other paths are resolved
+        by the next sweep."""
         with self._lock:
-            self.links |= kept_links or {}
+            self.links = {**(kept_links or {}), **self.links}
             for root in roots:
                 self._roots[os.path.realpath(root)] = None
                 self._real[os.path.abspath(root)] = os.path.realpath(root)
                 self.given["roots"].append(str(root))
+            links.restore(self.links, self._real_path)
             self.given["unwalked"] += map(str, unwalked)
             self._writable |= {*self._roots, *(os.path.realpath(p) for p in unwalked)}
         self.given["read_only"] += map(str, read_only)  # taken in by `_take_read_only()`

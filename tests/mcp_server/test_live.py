@@ -45,6 +45,11 @@ async def test_live_output_reaches_the_client_as_data(workspace: Path, state_dir
 
     async with open_ipybox(workspace, state_dir, logging_callback=on_log) as box:
         result = await box.run(PRINTS, progress_callback=on_progress, timeout=30)
+        # a long line, then a million one-character overwrites: applied character by character
+        # from the start, 4 MB of output took the server's event loop minutes (quadratic)
+        redrawn = await box.run("print('a' * 2_000_000 + '\\rb' * 1_000_000)", timeout=30)
+
+    assert text_of(redrawn).startswith("baaa"), text_of(redrawn)[:100]
 
     assert not result.is_error, text_of(result)
     live = [text for text in shown if text != "running"]

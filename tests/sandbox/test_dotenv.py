@@ -1,7 +1,8 @@
 """ipybox's own walk for `.env` files against srt's glob expansion, and what a kernel reads then.
 
 srt's expansion of `**/.env` (its `expandReadDenyGlobLinux`, run under node) is the oracle: on
-each tree the walk names the same places, or hands the folder back to srt's globs.
+each tree the walk names the same places (srt is never handed those globs: its rules let a
+kernel's `.env` link hide what every kernel needs).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from .conftest import probe
 
 pytestmark = pytest.mark.usefixtures("srt_available")
 
+#: srt's own globs for what ipybox hides, the oracle's.
+PATTERNS = ("**/.env", "**/.env.*")
+
 _EXPAND = """
 import {{ expandReadDenyGlobLinux }} from {module!r};
 const out = [];
@@ -31,10 +35,11 @@ console.log(JSON.stringify(out));
 """
 
 
-def _srt_hides(folder: Path) -> set[str]:
-    """What srt mounts over for the `.env` globs below `folder`."""
+def _srt_hides(folder: Path, patterns: list[str] | None = None) -> set[str]:
+    """What srt mounts over for the `.env` globs below `folder` (or for `patterns`)."""
     module = REPO / "node_modules/@anthropic-ai/sandbox-runtime/dist/sandbox/read-deny-glob.js"
-    script = _EXPAND.format(module=str(module), patterns=[f"{folder}/{p}" for p in dotenv.PATTERNS])
+    patterns = [f"{folder}/{p}" for p in PATTERNS] if patterns is None else patterns
+    script = _EXPAND.format(module=str(module), patterns=patterns)
     done = subprocess.run(
         ["node", "--input-type=module", "-e", script], capture_output=True, text=True, check=True
     )
@@ -73,29 +78,34 @@ def test_the_walk_hides_what_srts_globs_hide(tmp_path: Path) -> None:
     assert dotenv.denials(empty) == [] and _srt_hides(empty) == set()
 
 
-@pytest.mark.parametrize("case", ["matching link", "glob characters", "too many entries", "unlistable"])
-def test_where_srts_rules_decide_the_folder_keeps_the_globs(
-    tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.parametrize("case", ["matching link", "glob characters", "unlistable"])
+def test_what_srts_rules_decide_is_named_too(tmp_path: Path, case: str) -> None:
+    """srt hides where a matching link leads and a folder it cannot list; a name with glob
+    characters is handed over as a glob that matches it alone (checked with srt's expansion)."""
     root = tmp_path / "project"
     (root / "sub").mkdir(parents=True)
     (tmp_path / "secret").write_text("S=1\n")
     if case == "matching link":
         (root / "sub" / ".env").symlink_to(tmp_path / "secret")
+        assert dotenv.denials(root) == [str(tmp_path / "secret")]
     elif case == "glob characters":
-        (root / "sub" / ".env.[a]").write_text("S=1\n")
-    elif case == "too many entries":
-        for i in range(5):
-            (root / f"f{i}").touch()
-        monkeypatch.setattr(dotenv, "MAX_ENTRIES", 4)
+        names = [".env.[a]", ".env.a]", ".env.[", ".env.[x]]", ".env.{b}!", ".env.*", ".env.?"]
+        for name in [*names, ".env.a", ".env.x", ".env.ab"]:  # the last three match globs, not names
+            (root / "sub" / name).write_text("S=1\n")
+        found = dotenv.denials(root)
+        assert _srt_hides(root, [p for p in found if set(p) & set("[]")]) == {
+            str(root / "sub" / n) for n in names[:4]
+        }
+        assert str(root / "sub" / ".env.{b}!") in found  # not a glob for srt
+        assert not [p for p in found if set(p) & set("*?")]  # srt could only read them as patterns
     else:
         if os.geteuid() == 0:
             pytest.skip("root lists any directory")
         (root / "sub").chmod(0)
-    try:
-        assert dotenv.denials(root) == [f"{root}/{p}" for p in dotenv.PATTERNS]
-    finally:
-        (root / "sub").chmod(0o755)
+        try:
+            assert dotenv.denials(root) == [str(root / "sub")]
+        finally:
+            (root / "sub").chmod(0o755)
 
 
 def test_past_a_bound_the_oldest_are_hidden_one_by_one(
@@ -139,3 +149,89 @@ async def test_a_kernel_reads_no_env_file_the_walk_or_srt_found(tmp_path: Path) 
             tried, other = await probe(executor, code)
         assert not {t: r for t, r in tried.items() if r.startswith("ok")}, (root, tried)
         assert other == "ok: 'S=1\\n'", other  # the rest stays readable
+
+
+async def test_what_a_users_env_link_or_folder_hides_stays_hidden_through_a_kernels_flood(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """srt hides where a matching link leads and a folder named like a `.env` whole, but the
+    writable binds ipybox pins on a workspace's shallow folders showed them again: a user's
+    `app/.env -> ../vault` and a `.env.prod/x/` folder were read by the kernel. Past the bound,
+    what srt's rules decide was dropped too (a link's target), and matches left to srt's globs
+    were not counted, so 3,100 `.env.[N]` files had srt mount each and refuse every later start;
+    and `.env` links to the standard library beside such a name had srt hide it from every kernel."""
+    monkeypatch.setattr(dotenv, "MAX_DOTENV", 20)
+    root = tmp_path / "project"
+    (root / "config").mkdir(parents=True)
+    (root / "config" / "prod.cfg").write_text("S=file\n")
+    (root / ".env").symlink_to("config/prod.cfg")
+    (root / "vault").mkdir()
+    (root / "vault" / "key").write_text("S=dir\n")
+    (root / "app").mkdir()
+    (root / "app" / ".env").symlink_to("../vault")
+    (root / ".env.prod" / "x").mkdir(parents=True)
+    (root / ".env.prod" / "x" / "k").write_text("S=folder\n")
+    names = ["config/prod.cfg", "vault/key", ".env.prod/x/k"]
+    reads = f"print(_json.dumps({{t: attempt(lambda t=t: open(t).read()) for t in {names!r}}}))"
+    flood = "for i in range(30): os.makedirs(f'f/{i}', exist_ok=True); open(f'f/{i}/.env', 'w').close()\n"
+    globs = "os.makedirs('g', exist_ok=True)\nfor i in range(3100): open(f'g/.env.[{i}]', 'w').close()\n"
+    # links to what every kernel needs, beside a name with glob characters (which handed srt
+    # its globs, and srt hides where a matching link leads): every later start failed
+    needed = (
+        "import json; open('.env.[z]', 'w').close()\n"
+        "for i, t in enumerate([json.__file__, os.path.dirname(json.__file__), os.path.dirname(os.__file__), "
+        "os.getcwd() + '/..', '/etc', '/proc', tempfile.gettempdir()]): os.symlink(t, f'.env.l{i}')\n"
+    )
+    async with CodeExecutor(sandbox=True, working_dir=root, spare_kernel=False) as executor:
+        for made in ("", needed, flood, globs):
+            if made:
+                await probe(executor, "import os, shutil, tempfile\n" + made + "print(1)")
+                await executor.reset()  # the policy is built again over what the kernel made
+            tried = await probe(executor, reads)
+            assert not {t: r for t, r in tried.items() if r.startswith("ok")}, (made[:40], tried)
+
+
+def test_past_the_bound_srt_is_handed_no_globs_to_expand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree of more than 50,000 entries went to srt's globs whole, which mount every match, so
+    a kernel's filler files plus 3,000 `.env` files stopped every later start; matches left to
+    srt's rules (links, glob characters) are counted against `MAX_DOTENV` as well."""
+    monkeypatch.setattr(dotenv, "MAX_DOTENV", 20)
+    for case in ("entries", "links", "glob names"):
+        root = tmp_path / case.replace(" ", "-")
+        root.mkdir()
+        (root / "user.env").write_text("S=1\n")
+        (root / ".env").symlink_to("user.env")
+        time.sleep(0.02)  # the kernel's come later, on coarse clocks too
+        for i in range(30):
+            (root / str(i)).mkdir()
+            if case == "entries":  # behind 50,000 entries of filler, walked first (the last listed)
+                (root / str(i) / ".env").touch()
+                (root / "zz" / str(i)).mkdir(parents=True)
+                for j in range(1700):
+                    os.close(os.open(root / "zz" / str(i) / str(j), os.O_CREAT | os.O_WRONLY))
+            elif case == "links":
+                (root / str(i) / "t").touch()
+                (root / str(i) / ".env").symlink_to(root / str(i) / "t")
+            else:
+                (root / str(i) / ".env.[x]").touch()
+        found = dotenv.denials(root)
+        assert not any("*" in p for p in found), (case, found)
+        assert len(found) <= 20 and str(root / "user.env") in found, (case, found)
+
+
+def test_links_into_what_the_kernel_needs_or_pseudo_filesystems_are_not_walked(tmp_path: Path) -> None:
+    """The walk runs on the host at every start: a kernel's link to /usr had it read all of
+    /usr (5.6 s a start here), one to /proc every process's folders (naming some it could not
+    list). Links into the paths the kernel needs (Python, the system) and into /proc, /sys and
+    /dev are not followed; a `.env` link there is not followed either."""
+    root, needed = tmp_path / "project", tmp_path / "site-packages"
+    (needed / "pkg").mkdir(parents=True)
+    (needed / "pkg" / ".env").write_text("S=1\n")  # a package's, not the user's
+    root.mkdir()
+    (root / ".env").write_text("S=1\n")
+    for name, target in {"lib": needed, "p": Path("/proc"), "s": Path("/sys"), "d": Path("/dev")}.items():
+        (root / name).symlink_to(target)
+    (root / ".env.pkg").symlink_to(needed / "pkg" / ".env")
+    assert dotenv.denials(root, [str(needed)]) == [str(root / ".env")]

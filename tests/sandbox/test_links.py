@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ipybox import CodeExecutor
-from ipybox.sandbox import DEFAULT_CONFIG, links
+from ipybox.sandbox import DEFAULT_CONFIG, links, repo_sweep
 
 from .conftest import probe, until
 
@@ -152,6 +152,31 @@ def test_a_link_whose_folder_became_a_link_is_left_alone(tmp_path: Path) -> None
     assert links.restore(kept, real.__getitem__) == [str(root / "deep" / "x" / ".claude")]
     assert os.readlink(root / "deep" / "x" / ".claude") == "../../shared"
     assert (root / "deep" / "x" / ".claude.ipybox-disabled").read_text() == "the kernel's\n"
+
+
+def test_a_link_replaced_before_the_next_start_is_not_recorded_as_the_users(tmp_path: Path) -> None:
+    """Each kernel start records the protected links as they are then: a kernel that replaced
+    `.claude -> shared` with its own link (to settings it wrote) and had the executor reset before
+    the next sweep (every second, 20 times a walk in large trees) had its link recorded in place
+    of the user's, and every later sweep kept it (Claude Code on the host read its hooks). The
+    sweep's record is the one its first start made; a later start restores it first."""
+    root = tmp_path / "workspace"
+    (root / "shared").mkdir(parents=True)
+    (root / "evil").mkdir()
+    (root / ".claude").symlink_to("shared")
+    sweep = repo_sweep.RepoSweep()  # not started: the test sweeps when the race would
+    claude = [root / ".claude"]
+    sweep.add([root], claude, kept_links=links.recorded(claude))  # the first kernel's start
+    for replaced in ("link", "folder"):
+        (root / ".claude").unlink()
+        if replaced == "link":
+            (root / ".claude").symlink_to("evil")  # the kernel's, before any sweep
+        else:
+            (root / ".claude").mkdir()
+        sweep.add([root], claude, kept_links=links.recorded(claude))  # the next start (reset)
+        assert os.readlink(root / ".claude") == "shared", replaced  # before that kernel runs
+        sweep.sweep()
+        assert os.readlink(root / ".claude") == "shared", replaced
 
 
 #: Kernel code: write where each protected link leads, `M` the markers' folder.
