@@ -207,9 +207,10 @@ def kernel_policy(
     # the workspace's and those in packages of editable installs (often the project's root)
     top: list[Path] = [] if workspace is None else [workspace]
     folders: list[Path | str] = [*top, *reads.editable_packages()]
-    needs = [p for p in reads.readable(map(str, readable)) if p != "/etc"]  # a user file there: hidden
+    system = reads.readable(map(str, readable))
+    needs = [p for p in system if p != "/etc"]  # a user file there: hidden
     _hide_env_files(fs, folders, [str(writable_dir), *map(str, reachable), *needs, *_runtime_roots()])
-    needed = [*map(str, [*reachable, *top]), *reads.readable(map(str, readable))]
+    needed = [*map(str, [*reachable, *top]), *system]
     deny_read.extend(_hidden_in_named(named, [*fs["allowWrite"], *needed]))
     fs["allowRead"] = [*named, *needed]
     for key in ("denyRead", "allowRead", "allowWrite", "denyWrite"):
