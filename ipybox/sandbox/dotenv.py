@@ -43,11 +43,13 @@ def denials(folder: Path | str, keep: Sequence[str] = ()) -> list[str]:
     warning: srt could only read it as a pattern), where a matching link leads
     (but for `folder` and above, and the `keep` paths, the system and Python files a kernel
     needs, and above them), a folder that cannot be listed; at most `MAX_DOTENV`."""
-    walk = _walk(str(folder), [*map(os.path.realpath, keep), *_PSEUDO])
+    kept = [os.path.realpath(k) for k in keep]  # once: a kernel can make thousands of .env links
+    real = os.path.realpath(folder)
+    walk = _walk(str(folder), [*kept, *_PSEUDO])
     places: dict[str, int] = {}  # where to mount -> when the name that asks for it changed
     for name, where in [
         *((p, p) for p in walk.found),
-        *((p, _leads_to(p, folder, keep)) for p in walk.links),
+        *((p, _leads_to(p, real, kept)) for p in walk.links),
         *((p, p) for p in walk.unlisted),
     ]:
         if where is not None:
@@ -130,15 +132,15 @@ def _changed(path: str) -> int:
         return 0
 
 
-def _leads_to(link: str, folder: Path | str, keep: Sequence[str]) -> str | None:
+def _leads_to(link: str, folder: str, keep: Sequence[str]) -> str | None:
     """Where srt would mount for a matching link: its target's real path; None if there is none,
-    or it is `folder` or above it, a folder at the root (`/etc`, `/proc`), or a `keep` path,
+    or it is `folder` (a real path) or above it, a folder at the root (`/etc`, `/proc`), or a `keep` path,
     below or above one (a kernel's `.env` link to the standard library made every later start
     fail)."""
     where = os.path.realpath(link)
-    if not os.path.lexists(where) or where.count("/") < 2 or _at_or_under(os.path.realpath(folder), where):
+    if not os.path.lexists(where) or where.count("/") < 2 or _at_or_under(folder, where):
         return None
-    if any(_at_or_under(where, k) or _at_or_under(k, where) for k in map(os.path.realpath, keep)):
+    if any(_at_or_under(where, k) or _at_or_under(k, where) for k in keep):
         return None
     return where
 
