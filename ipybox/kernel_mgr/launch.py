@@ -12,8 +12,10 @@ for and no cgroup can enforce it; a cgroup is joined before this runs (see
 in the kernel's private directory: they are applied here, after every program on the way in
 (the sandbox's `sh`, `env`, `srt` under node, `bwrap`) has started with ipybox's own clean
 environment, so no variable meant for the kernel (`NODE_OPTIONS`, `LD_PRELOAD`, `PATH`, …) can
-steer a program outside the sandbox. The launcher then starts itself again, so the kernel's
-interpreter and loader see them from its first instruction (`PYTHONPATH`, `LD_*`).
+steer a program outside the sandbox. Where one of them is read only when a process starts
+(`_READ_AT_START`: the interpreter's `PYTHON*`, the loader's `LD_*`, locale, time zone, home,
+allocator), the launcher then starts itself again, so the kernel's interpreter and loader see
+them from its first instruction; the rest are read later, from `os.environ`, and cost no restart.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import runpy
 import signal
@@ -50,8 +53,15 @@ def _exit_when_orphaned() -> None:
     threading.Thread(target=watch, name="ipybox-parent-watch", daemon=True).start()
 
 
+#: Variables a process reads as it starts (the interpreter: `PYTHON*`, and `HOME` for the user's
+#: site-packages; the dynamic loader: `LD_*`; the C library: locale, `TZ`, `MALLOC_*`,
+#: `GLIBC_TUNABLES`): a change to one of them takes a restart of the kernel's interpreter.
+_READ_AT_START = re.compile(r"PYTHON|LD_|LC_|LANG$|LANGUAGE$|TZ$|HOME$|MALLOC_|GLIBC_TUNABLES$")
+
+
 def _apply_env_file(path: str) -> bool:
-    """Set the variables of the settings file at `path` (then removed); whether any changed.
+    """Set the variables of the settings file at `path` (then removed); whether one read at a
+    process's start (`_READ_AT_START`) changed.
 
     A variable the sandbox set or changed on the way (its `TMPDIR`, its proxies) keeps the
     sandbox's value, as it did when the variables were passed through it.
@@ -65,7 +75,7 @@ def _apply_env_file(path: str) -> bool:
         if os.environ.get(name) != given.get(name) or os.environ.get(name) == value:
             continue
         os.environ[name] = value
-        changed = True
+        changed = changed or _READ_AT_START.match(name) is not None
     return changed
 
 

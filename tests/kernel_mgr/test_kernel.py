@@ -131,6 +131,33 @@ async def test_kernel_runs_in_own_session_with_cwd_and_env(runtime_dir: Path, tm
     assert list(runtime_dir.iterdir()) == []
 
 
+async def test_kernel_variables_restart_the_interpreter_only_where_read_at_start(
+    runtime_dir: Path, tmp_path: Path
+) -> None:
+    """The kernel's own variables reach it either way; only one that a process reads as it starts
+    (here `PYTHONPATH`, `LC_*`) costs a second start of the interpreter, which then sees it."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    probe = (
+        "import os, sys\n"
+        "print('--env-file' in sys.orig_argv, os.environ['APP_SETTING'], "
+        f"{str(lib)!r} in sys.path, os.environ.get('LC_TIME') == 'POSIX')"
+    )
+    cases = [
+        ({"APP_SETTING": "a"}, "True a False False\n"),
+        ({"APP_SETTING": "b", "PYTHONPATH": str(lib)}, "False b True False\n"),
+        ({"APP_SETTING": "c", "LC_TIME": "POSIX"}, "False c False True\n"),
+    ]
+    for number, (kernel_env, expected) in enumerate(cases):
+        kernel = Kernel(runtime_dir / str(number), tmp_path, kernel_environment({}), kernel_env=kernel_env)
+        await kernel.start()
+        try:
+            text, _ = await _run(kernel, probe)
+        finally:
+            await kernel.stop()
+        assert text == expected, kernel_env
+
+
 async def test_kernel_execute_reports_events_in_order(kernel: Kernel) -> None:
     code = (
         "import sys\n"
