@@ -56,25 +56,24 @@ class CodeExecutor(Service):
     approves them all. `sandbox_gpus` ("all", "0,1" or [0, 1]) lets a sandboxed kernel use those NVIDIA GPUs.
 
     With `approve_shell_cmds`, each `!cmd` (`tool_name` "shell") and `%%bash`/`%%sh` cell ("shell_magic") also
-    waits for approval, with `tool_args == {"cmd": ...}`; with `require_shell_escape` as well, starting
-    programs from Python (`subprocess`, `os.system`, ...) raises, so they take that path. With `working_dir`
-    given, the kernel starts there and a cell that changes directory is moved back after it ends; without, it
-    starts in the current directory and a change persists. `approval_timeout=None` waits for decisions for
-    ever. A warm spare kernel makes `reset()` a swap (`spare_kernel`; a `SpareKernels` bounds the spares of
-    several executors together).
+    waits for approval (`tool_args == {"cmd": ...}`); with `require_shell_escape` as well, starting programs
+    from Python (`subprocess`, `os.system`, ...) raises. With `working_dir`, the kernel starts there and a
+    cell that changes directory is moved back after it ends; without, it starts in the current directory and
+    a change persists. `approval_timeout=None` waits for ever. A warm spare kernel makes `reset()` a swap
+    (`spare_kernel`; a `SpareKernels` bounds the spares of several executors together).
 
     Tool servers start only MCP servers registered for `working_dir` or (local kernels) for a directory on
     `kernel_env`'s `PYTHONPATH`; their `${VAR}` placeholders take values from `working_dir/.env` and the
-    environment (only `allow_env`'s names, if given), or from `placeholder_env` alone (see
-    docs/tool-calls.md).
+    environment (only `allow_env`'s names, if given), or from `placeholder_env` alone (docs/tool-calls.md).
+    `state_dirs` below `working_dir` (the application's own records) are made before a sandboxed kernel
+    starts, read-only to it. Cells go to `record` (a `SessionRecord`, an earlier executor's say) or a new one.
 
-    Kernels live where `backend` puts them (a `KernelBackend`, see docs/architecture.md): by default in a
-    local subprocess, or, with `kernel_gateway_url` (or `kernel_gateway_host` and `kernel_gateway_port`), on
-    that Jupyter Kernel Gateway or Enterprise Gateway (kernelspec `kernel_name`, token `kernel_gateway_token`,
-    default: `IPYBOX_KERNEL_GATEWAY_TOKEN`), calling tools over TCP at `tool_server_host:tool_server_port`
-    (default: any free port) as reached from `kernel_tool_server_host`, with a per-executor secret
-    (docs/remote-kernels.md). With `tool_server_port`, a local executor's tool server also listens on TCP for
-    its `token`.
+    Kernels live where `backend` puts them (a `KernelBackend`, docs/architecture.md): in a local subprocess,
+    or, with `kernel_gateway_url` (or `_host` and `_port`), on that Jupyter Kernel or Enterprise Gateway
+    (kernelspec `kernel_name`, token `kernel_gateway_token`, default: `IPYBOX_KERNEL_GATEWAY_TOKEN`), calling
+    tools over TCP at `tool_server_host:tool_server_port` (default: any free port) as reached from
+    `kernel_tool_server_host`, with a per-executor secret (docs/remote-kernels.md). With `tool_server_port`,
+    a local executor's tool server also listens on TCP for its `token`.
     """
 
     def __init__(
@@ -108,6 +107,8 @@ class CodeExecutor(Service):
         kernel_name: str = "python3",
         kernel_tool_server_host: str | None = None,
         backend: KernelBackend | None = None,
+        state_dirs: Iterable[StrPath] = (),
+        record: SessionRecord | None = None,
     ) -> None:
         working_dir, images_dir, sandbox_config, audit_log = map(
             _path, (working_dir, images_dir, sandbox_config, audit_log)
@@ -146,6 +147,7 @@ class CodeExecutor(Service):
             approve_shell_cmds=approve_shell_cmds,
             require_shell_escape=require_shell_escape,
             audit_log=audit_log,
+            state_dirs=tuple(Path(p) for p in state_dirs),
         )
         self._kernel_init_timeout = kernel_init_timeout
         self._spare_kernel = spare_kernel
@@ -165,7 +167,7 @@ class CodeExecutor(Service):
         }
         self._tool_server: ToolServer | None = None
         self._kernels: KernelSupervisor | None = None
-        self._record: SessionRecord | None = None  # the session's, from the first start on
+        self._record = record  # the session's, from the first start on
         self._lock = asyncio.Lock()
         #: The cells started or starting, for cancel(); a cell leaves when it ends.
         self._cells: weakref.WeakSet[Cell] = weakref.WeakSet()
@@ -210,14 +212,14 @@ class CodeExecutor(Service):
         """
         async with self._lock:
             await self.backend.upload(
-                self._require_kernels().kernel, Path(local_path).expanduser(), remote_path
+                _started(self._kernels).kernel, Path(local_path).expanduser(), remote_path
             )
 
     async def download(self, remote_path: str, local_path: str | os.PathLike[str]) -> None:
         """Copy a file or directory of the kernel's file system to `local_path` (see `upload`)."""
         async with self._lock:
             await self.backend.download(
-                self._require_kernels().kernel, remote_path, Path(local_path).expanduser()
+                _started(self._kernels).kernel, remote_path, Path(local_path).expanduser()
             )
 
     async def stop(self) -> None:
@@ -239,7 +241,7 @@ class CodeExecutor(Service):
         Variables, imports and definitions are gone; installed packages and files stay.
         """
         async with self._lock:
-            await self._require_kernels().reset()
+            await _started(self._kernels).reset()
             await self.tool_server.reset()
 
     def execute(self, code: str, timeout: float | None = 120) -> Coroutine[Any, Any, CodeExecutionResult]:
@@ -281,7 +283,7 @@ class CodeExecutor(Service):
     async def _run_cell(self, cell: Cell) -> AsyncIterator[StreamItem]:
         try:
             async with self._lock:
-                kernels = self._require_kernels()
+                kernels = _started(self._kernels)
                 async for item in cell.run(kernels, self.tool_server):
                     if isinstance(item, CellOutput):
                         yield _result(item, self.images_dir, self.working_dir)
@@ -304,9 +306,6 @@ class CodeExecutor(Service):
         from ipybox.notebook import replay  # on use, as it reads notebooks (nbformat is slow to import)
 
         return await replay.resume(self, path, into=self._record)
-
-    def _require_kernels(self) -> KernelSupervisor:
-        return _started(self._kernels)
 
 
 def _check_options(shell_escape_alone: bool, **timeouts: float | None) -> None:

@@ -14,7 +14,9 @@ from ipybox.kernel_mgr.supervisor import KernelSupervisor
 
 def kernels(executor: CodeExecutor) -> KernelSupervisor:
     """The started executor's kernel supervisor."""
-    return executor._require_kernels()
+    kernels = executor._kernels
+    assert kernels is not None, "start the executor first"
+    return kernels
 
 
 def kernel(executor: CodeExecutor) -> KernelLike:

@@ -40,8 +40,9 @@ class Notebooks:
         self._delay = delay
         self._due: dict[tuple[str, str], tuple[CodeExecutor, asyncio.TimerHandle]] = {}
         self._writing: set[asyncio.Task[None]] = set()
-        #: The record of each kernel started so far, continued by its next executor.
+        #: The record of each kernel so far, continued by its next executor.
         self._records: dict[tuple[str, str], SessionRecord] = {}
+        self._started: set[tuple[str, str]] = set()  # the kernels started once (resumed then, if asked)
 
     def kernels(self, principal: str) -> list[str]:
         """The kernels of `principal` that have a notebook, by name."""
@@ -52,29 +53,31 @@ class Notebooks:
             return []
         return [name for name in names if _is_kernel_name(name)]
 
-    def seed(self, principal: str, kernel: str, executor: CodeExecutor) -> None:
-        """Have the (not yet started) `executor` continue the kernel's record: its previous
-        executor's, else its notebook's (one that cannot be read is logged and set aside)."""
+    def record(self, principal: str, kernel: str) -> SessionRecord:
+        """The record the kernel's next executor continues (`CodeExecutor(record=...)`): its
+        previous executor's, else its notebook's (one that cannot be read is logged and set
+        aside), else a new one."""
         key = (principal, kernel)
-        record = self._records.get(key)
-        if record is None:
-            path = self._homes.notebook(principal, kernel)
-            if not path.exists():
-                return
-            try:
-                record = SessionRecord.load(path, trusted=self._homes.workspace(principal))
-            except (OSError, IpyboxError, ValueError) as e:
-                logger.error("starting a new notebook for kernel %r: %s", kernel, e)
-                return
-        executor._record = record  # its kernels add to it, after a restart mark
+        if key not in self._records:
+            self._records[key] = self._load(principal, kernel) or SessionRecord()
+        return self._records[key]
+
+    def _load(self, principal: str, kernel: str) -> SessionRecord | None:
+        path = self._homes.notebook(principal, kernel)
+        if not path.exists():
+            return None
+        try:
+            return SessionRecord.load(path, trusted=self._homes.workspace(principal))
+        except (OSError, IpyboxError, ValueError) as e:
+            logger.error("starting a new notebook for kernel %r: %s", kernel, e)
+            return None
 
     async def started(self, principal: str, kernel: str, executor: CodeExecutor) -> str:
         """Keep the started kernel's record; resume it on its first start if asked to. The notice
         for the kernel's first use: how the resume went, or ""."""
         key = (principal, kernel)
-        first = key not in self._records
-        if (record := executor._record) is not None:
-            self._records[key] = record
+        first = key not in self._started
+        self._started.add(key)
         path = self._homes.notebook(principal, kernel)
         if not (first and self._resume and path.exists()):
             return ""

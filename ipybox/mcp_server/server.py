@@ -10,7 +10,7 @@ import shlex
 import signal
 import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -160,7 +160,7 @@ def _new_executor(
     kwargs = {f.name: getattr(executor_options, f.name) for f in fields(executor_options)}
     if (principal, name) != (LOCAL, DEFAULT_KERNEL):  # a fixed port fits one tool server
         kwargs["tool_server_port"] = None
-    executor = CodeExecutor(
+    return CodeExecutor(
         **kwargs,
         spare_kernel=spares,
         kernel_env=homes.kernel_env(principal),
@@ -168,11 +168,9 @@ def _new_executor(
         working_dir=root,
         audit_log=homes.audit_log(principal),
         log_level=logging.getLevelName(logging.getLogger("ipybox").getEffectiveLevel()),
+        state_dirs=[homes.state(principal)],  # ipybox's records (notebooks, cut outputs)
+        record=notebooks.record(principal, name),
     )
-    # ipybox's records there (notebooks, cut outputs) are read-only to a sandboxed kernel
-    executor._settings = replace(executor._settings, state_dirs=(homes.state(principal),))
-    notebooks.seed(principal, name, executor)
-    return executor
 
 
 async def _install(package_name: str, principal: str, *, kernels: KernelPool, on_gateway: bool) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ipybox import CodeExecutor
-from ipybox.notebook import NotebookError
+from ipybox.notebook import NotebookError, SessionRecord
 from ipybox.notebook.replay import ResumeError
 
 from .conftest import Recorded
@@ -157,3 +157,18 @@ def test_arguments_cut_short_in_the_record_match_only_what_it_kept() -> None:
     ]
     for other in others:
         assert not _matches(kept, other)
+
+
+async def test_an_executor_given_a_record_continues_it_after_a_restart_mark(registered: Recorded) -> None:
+    """`CodeExecutor(record=...)`: the saved session goes on in the new executor's notebook, its cells
+    not run again (that is `resume()`), a restart mark saying the state before it is gone."""
+    record = SessionRecord.load(registered.notebook, trusted=registered.workspace)
+    before = len(record.to_notebook().cells)
+    async with CodeExecutor(working_dir=registered.workspace, spare_kernel=False, record=record) as executor:
+        result = await executor.execute("print('x' in globals())")
+        notebook = executor.notebook()
+    assert result.text == "False"  # nothing ran again
+    mark, cell = notebook.cells[before:]
+    assert mark.metadata.ipybox.mark == "restart" and "started again" in mark.source
+    assert cell.source == "print('x' in globals())"
+    assert notebook.cells[:before] == record.to_notebook().cells[:before]

@@ -42,6 +42,34 @@ async def test_timeout_interrupts_the_cell_and_keeps_state(executor: CodeExecuto
     assert await run(executor, "print(x)") == "kept"
 
 
+async def test_state_dirs_are_made_and_read_only_to_the_kernel(srt_available: None, workspace: Path) -> None:
+    """`state_dirs`: where the application keeps its own records below the workspace, made before
+    the kernel starts; the kernel reads them but cannot write, rename or replace them."""
+    records = workspace / "app" / "records"
+    async with CodeExecutor(
+        sandbox=True, working_dir=workspace, spare_kernel=False, state_dirs=[records]
+    ) as executor:
+        assert records.is_dir()
+        (records / "log.txt").write_text("by the application\n")
+        attempts = [
+            "open('app/records/log.txt', 'a').write('forged')",
+            "open('app/records/new.txt', 'w').write('forged')",
+            "os.rename('app/records', 'app/elsewhere')",
+            "os.rename('app', 'moved')",
+        ]
+        guarded = (
+            "import os\ntry:\n    {}\n    print('done')\n"
+            + "except OSError as e:\n    print(type(e).__name__)"
+        )
+        for attempt in attempts:
+            text = await run(executor, guarded.format(attempt))
+            assert text in ("PermissionError", "OSError"), (attempt, text)
+        assert (
+            await run(executor, "print(open('app/records/log.txt').read(), end='')") == "by the application"
+        )
+    assert sorted(p.name for p in records.iterdir()) == ["log.txt"]
+
+
 async def test_reset_twice_quickly_with_spare_kernel(srt_available: None, workspace: Path) -> None:
     watch = ProcessWatch()
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=True) as executor:
