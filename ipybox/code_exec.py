@@ -326,10 +326,8 @@ def _result(output: CellOutput, images_dir: Path, workspace: Path) -> CodeExecut
     except OSError as e:
         logger.warning("the images of a cell were not saved: %s", e)
         note = f"[ipybox: {len(output.images)} image(s) displayed by the cell could not be saved: {e}]"
-        return CodeExecutionResult._saved(
-            f"{output.text}\n{note}" if output.text else note, [], output.images
-        )
-    return CodeExecutionResult._saved(output.text, paths, output.images)
+        return CodeExecutionResult(f"{output.text}\n{note}" if output.text else note, [], output.images)
+    return CodeExecutionResult(output.text, paths, output.images)
 
 
 def _started(value: _T | None) -> _T:

@@ -231,6 +231,7 @@ async def test_displayed_image_bytes_are_saved_unchanged(executor: CodeExecutor,
     assert len(result.images) == 1
     assert result.images[0].parent == tmp_path.resolve() / "images"
     assert result.images[0].read_bytes() == png
+    assert result.png == [png]  # as received, to send on without reading the file back
 
 
 async def test_images_that_cannot_be_saved_keep_the_cells_output(
@@ -250,7 +251,7 @@ async def test_images_that_cannot_be_saved_keep_the_cells_output(
         result = await executor.execute(f"print('the output')\n{show}")
         assert result.text is not None and result.text.startswith("the output\n"), (what, result)
         assert "1 image(s) displayed by the cell could not be saved" in result.text, (what, result)
-        assert result.images == []
+        assert result.images == [] and result.png == [_png()]
     assert list(elsewhere.iterdir()) == []
 
 

@@ -43,23 +43,18 @@ class CodeExecutionChunk:
 
 @dataclass
 class CodeExecutionResult:
-    """The output of a finished execution: its text (None if it printed nothing) and image files.
+    """The output of a finished execution: its text (None if it printed nothing), image files and
+    the images' bytes.
 
     The image files are in the executor's `images_dir`, by default inside the kernel's working
     directory, where code in the kernel can replace them (e.g. by a link to another file) as soon
-    as they are written. Read them with the kernel's rights, or not at all, if that matters.
+    as they are written. `png` holds the PNG bytes the cell displayed, as ipybox received and saved
+    them (also where they could not be saved): send those on rather than reading the files back.
     """
 
     text: str | None
     images: list[Path] = field(default_factory=list)
-    #: The PNG bytes the kernel displayed, one per image file, as ipybox saved them (never re-read).
-    _png: list[bytes] = field(default_factory=list, init=False, repr=False, compare=False)
-
-    @classmethod
-    def _saved(cls, text: str | None, images: list[Path], png: list[bytes]) -> CodeExecutionResult:
-        result = cls(text, images)
-        result._png = png
-        return result
+    png: list[bytes] = field(default_factory=list, repr=False, compare=False)
 
 
 class CodeExecutionError(IpyboxError):

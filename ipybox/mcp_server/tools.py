@@ -269,7 +269,7 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, sp
         text += "\n".join(f"[image saved to {path}]" for path in outcome.images)
     content: Content = [TextContent(type="text", text=prefix + (text or "(no output)"))]
     # the bytes ipybox saved, never the files: the kernel can swap those for links or fifos
-    content += [Image(data=png, format="png").to_image_content() for png in outcome._png]
+    content += [Image(data=png, format="png").to_image_content() for png in outcome.png]
     return content
 
 

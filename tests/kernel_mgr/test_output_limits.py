@@ -61,7 +61,7 @@ async def test_image_floods_are_cut_at_the_limits(tmp_path: Path) -> None:
 
         # one 3 MiB image shown 8 times: 2 kept, 6 dropped as they came
         result = await executor.execute("print('before')\nshow(3 * 2**20, 8)\nprint('after')")
-        assert [len(png) for png in result._png] == [3 * MIB] * 2 and len(result.images) == 2
+        assert [len(png) for png in result.png] == [3 * MIB] * 2 and len(result.images) == 2
         assert result.text == (
             "before\nafter\n[ipybox] 6 of the 8 images this execution displayed were dropped (18.0 MiB): "
             "an execution keeps at most 8.0 MiB of images (ResourceLimits.image_bytes, ipybox "

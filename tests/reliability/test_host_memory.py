@@ -146,7 +146,7 @@ async def test_floods_from_one_kernel_keep_host_memory_bounded(
         images = asyncio.ensure_future(flooder.execute(IMAGES, timeout=240))
         values["other_runs_images"] = await _meanwhile(other, images)
         result = await images
-        kept = sum(len(png) for png in result._png)
+        kept = sum(len(png) for png in result.png)
         assert kept <= LIMITS.image_bytes and len(result.images) == 8  # type: ignore[operator]
         assert (
             result.text is not None
