@@ -72,7 +72,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         raise ValueError(problem)
     if args.sandbox:
         try:
-            check_sandbox(args.sandbox_config, args.sandbox_gpus)
+            check_sandbox(args.sandbox_config, args.sandbox_gpus, workspace)
         except SandboxError as e:
             raise ValueError(str(e)) from None
     if args.kernel_gateway:

@@ -65,7 +65,7 @@ class LocalBackend:
 
     async def prepare(self, settings: KernelSettings, tool_port: int | None) -> ToolListener:
         if self.sandbox:  # fail on a missing tool or a bad config before anything starts
-            check_sandbox(self._policy, self.gpus)
+            check_sandbox(self._policy, self.gpus, settings.working_dir)
             guard_workspace(settings.working_dir)  # what the kernel writes there never shadows our imports
             if settings.audit_log is not None:  # a file ipybox can append to, before srt protects it
                 AuditLog(settings.audit_log, trusted=settings.working_dir).create()

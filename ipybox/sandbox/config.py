@@ -227,13 +227,11 @@ def _hide_env_files(fs: dict[str, Any], folders: Sequence[Path | str], keep: Seq
     too, but for the `keep` paths the kernel needs (its runtime, Python, the system)."""
     hidden: list[str] = []
     for folder in folders:
-        if any(c in str(folder) for c in "*?[]{}!"):
-            logger.warning("not hiding .env files below %s: its path has glob characters", folder)
-        elif os.path.isdir(folder):
+        if os.path.isdir(folder):
             hidden += dotenv.denials(folder, keep)
     fs["denyRead"].extend(hidden)
     # a writable bind (a pinned folder) at or below a hidden place would show it again
-    places = [p for p in hidden if not _globby(p)]
+    places = [dotenv.unescaped(p) for p in hidden]
     fs["allowWrite"] = [p for p in fs["allowWrite"] if not reads.within(os.path.abspath(p), places)]
 
 
@@ -321,11 +319,18 @@ def sandbox_problem(path: str | None = None) -> str | None:
 Gpus = str | Sequence[int] | None
 
 
-def check_sandbox(config_path: Path | None, gpus: Gpus = None) -> None:
-    """Raise `SandboxError` if the policy is invalid, a tool the sandbox needs is missing, or a
-    device it asks for (`gpus` overrides its GPU setting) is not here."""
+def check_sandbox(config_path: Path | None, gpus: Gpus = None, working_dir: Path | None = None) -> None:
+    """Raise `SandboxError` if the policy is invalid, a tool the sandbox needs is missing, a
+    device it asks for (`gpus` overrides its GPU setting) is not here, or the kernels' working
+    directory is one srt cannot give them."""
     _device_grant(_with_gpus(load_config(config_path), gpus))
     srt_executable()
+    if working_dir is not None and (chars := sorted(set(_SRT_GLOB).intersection(str(working_dir)))):
+        raise SandboxError(
+            f"A sandboxed kernel cannot work in {str(working_dir)!r}: its path holds {''.join(chars)!r}, "
+            "which the sandbox (srt) reads as a pattern, so it would not give the kernel that folder. "
+            "Rename the folder (or one above it), or choose another working directory."
+        )
 
 
 def _with_gpus(config: dict[str, Any], gpus: Gpus) -> dict[str, Any]:
@@ -575,6 +580,10 @@ def _read_denied(folder: Path, deny_read: Sequence[str]) -> bool:
         elif fnmatch.fnmatchcase(str(folder), path) or fnmatch.fnmatchcase(folder.name, Path(path).name):
             return True
     return False
+
+
+#: The characters that make a path a pattern to srt (its `containsGlobChars`).
+_SRT_GLOB = "*?[]"
 
 
 def _globby(path: str) -> bool:

@@ -74,6 +74,11 @@ def denials(folder: Path | str, keep: Sequence[str] = ()) -> list[str]:
     return [p.translate(_EXACT) for p in chosen if _UNMATCHABLE.isdisjoint(p)]
 
 
+def unescaped(entry: str) -> str:
+    """The path a `denials` entry names."""
+    return entry.replace("[[]", "[")
+
+
 def _named(name: str) -> bool:
     return name == ".env" or name.startswith(".env.")
 

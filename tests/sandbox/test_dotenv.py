@@ -18,7 +18,7 @@ import pytest
 from servers.launch import REPO
 
 from ipybox import CodeExecutor
-from ipybox.sandbox import dotenv
+from ipybox.sandbox import SandboxError, dotenv
 
 from .conftest import probe
 
@@ -130,7 +130,13 @@ async def test_a_kernel_reads_no_env_file_the_walk_or_srt_found(tmp_path: Path) 
     """Both ways: a project the walk names (a linked folder among them), and one it hands to srt
     (a `.env` that is a link, a name with glob characters): no secret reaches the kernel."""
     walked, globbed, outside = tmp_path / "walked", tmp_path / "globbed", tmp_path / "elsewhere"
+    braced = tmp_path / "app {v2}!"  # plain characters to srt, once taken for glob characters here
     _tree(walked, outside)
+    (braced / "x").mkdir(parents=True)
+    (braced / "x" / "notes").write_text("S=1\n")
+    (braced / "sub").mkdir()
+    (braced / "sub" / ".env").write_text("S=braced\n")
+    (braced / "sub" / ".env.[a]").write_text("S=braced\n")
     (globbed / "sub").mkdir(parents=True)
     (globbed / "sub" / ".env.[a]").write_text("S=glob\n")
     (globbed / "target").write_text("S=1\n")
@@ -141,6 +147,7 @@ async def test_a_kernel_reads_no_env_file_the_walk_or_srt_found(tmp_path: Path) 
         walked: ["a/.env", "a/b/c/.env.local", "node_modules/p/.env", ".env.production", ".env/.env.inner",
                  "linked/deep/.env"],
         globbed: ["sub/.env.[a]", "sub/.env.link"],
+        braced: ["sub/.env", "sub/.env.[a]"],
     }  # fmt: skip
     for root, names in secrets.items():
         code = f"print(_json.dumps([{{t: attempt(lambda t=t: open(t).read()) for t in {names!r}}}, "
@@ -149,6 +156,17 @@ async def test_a_kernel_reads_no_env_file_the_walk_or_srt_found(tmp_path: Path) 
             tried, other = await probe(executor, code)
         assert not {t: r for t, r in tried.items() if r.startswith("ok")}, (root, tried)
         assert other == "ok: 'S=1\\n'", other  # the rest stays readable
+
+
+@pytest.mark.parametrize("name", ["ws[1]", "ws]", "w*s", "ws?"])
+async def test_a_working_directory_srt_reads_as_a_pattern_is_refused(tmp_path: Path, name: str) -> None:
+    """srt would give the kernel no such folder (the kernel's start failed on a bare `cd` error)
+    and hide none of its `.env` files: refused before anything starts, saying what to change."""
+    workspace = tmp_path / name
+    workspace.mkdir()
+    executor = CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False)
+    with pytest.raises(SandboxError, match=r"cannot work in .*: its path holds .* Rename the folder"):
+        await executor.start()
 
 
 async def test_what_a_users_env_link_or_folder_hides_stays_hidden_through_a_kernels_flood(
