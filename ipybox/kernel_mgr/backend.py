@@ -9,6 +9,7 @@ object with these methods works (see docs/architecture.md for a container-per-ke
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,16 @@ class KernelSettings:
     #: its notebooks): made before a sandboxed kernel starts, then read-only to it, so a kernel
     #: cannot forge what ipybox records of it.
     state_dirs: tuple[Path, ...] = ()
+
+    def __post_init__(self) -> None:
+        # relative ones are taken below the working directory; others must lie below it
+        top = Path(os.path.abspath(self.working_dir))
+        dirs = tuple(Path(os.path.abspath(top / p)) for p in self.state_dirs)
+        if outside := [str(d) for d in dirs if d == top or not d.is_relative_to(top)]:
+            raise ValueError(
+                f"state_dirs must lie below the working directory {str(self.working_dir)!r}: {outside}"
+            )
+        object.__setattr__(self, "state_dirs", dirs)
 
     def kernel_env(self) -> dict[str, str]:
         """The variables every kernel gets: the application's and the shell-approval switches."""

@@ -47,7 +47,7 @@ async def test_state_dirs_are_made_and_read_only_to_the_kernel(srt_available: No
     the kernel starts; the kernel reads them but cannot write, rename or replace them."""
     records = workspace / "app" / "records"
     async with CodeExecutor(
-        sandbox=True, working_dir=workspace, spare_kernel=False, state_dirs=[records]
+        sandbox=True, working_dir=workspace, spare_kernel=False, state_dirs=["app/records"]
     ) as executor:
         assert records.is_dir()
         (records / "log.txt").write_text("by the application\n")
@@ -68,6 +68,9 @@ async def test_state_dirs_are_made_and_read_only_to_the_kernel(srt_available: No
             await run(executor, "print(open('app/records/log.txt').read(), end='')") == "by the application"
         )
     assert sorted(p.name for p in records.iterdir()) == ["log.txt"]
+    for wrong in ["/etc", "..", ".", "app/../../x"]:
+        with pytest.raises(ValueError, match="state_dirs must lie below the working directory"):
+            CodeExecutor(working_dir=workspace, state_dirs=[wrong])
 
 
 async def test_reset_twice_quickly_with_spare_kernel(srt_available: None, workspace: Path) -> None:
