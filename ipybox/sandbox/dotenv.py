@@ -43,7 +43,16 @@ def denials(folder: Path | str, keep: Sequence[str] = ()) -> list[str]:
     warning: srt could only read it as a pattern), where a matching link leads
     (but for `folder` and above, and the `keep` paths, the system and Python files a kernel
     needs, and above them), a folder that cannot be listed; at most `MAX_DOTENV`."""
+    return denials_below([folder], keep)
+
+
+def denials_below(folders: Sequence[Path | str], keep: Sequence[str] = ()) -> list[str]:
+    """`denials` of each of `folders` (the `keep` paths resolved once for all)."""
     kept = [os.path.realpath(k) for k in keep]  # once: a kernel can make thousands of .env links
+    return [entry for folder in folders for entry in _denials(folder, kept)]
+
+
+def _denials(folder: Path | str, kept: list[str]) -> list[str]:
     real = os.path.realpath(folder)
     walk = _walk(str(folder), [*kept, *_PSEUDO])
     places: dict[str, int] = {}  # where to mount -> when the name that asks for it changed
