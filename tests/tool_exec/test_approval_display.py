@@ -169,3 +169,57 @@ def test_escape_keeps_two_marks_of_each_run_and_acting_keeps_what_is_drawn() -> 
     shown = display.acting(f"{family} {warning}\tok\r\x9b2J\u2066x\u2069\n")
     assert shown == f"{family} {warning}\tok\\r\\u009b2J\\u2066x\\u2069\n"
     assert display.lines("one\n\x1b[2Jtwo") == "one\n\\u001b[2Jtwo"
+
+
+async def test_numbers_json_cannot_carry_are_refused_before_anyone_is_asked(executor: CodeExecutor) -> None:
+    """NaN and Infinity (or a literal past a float's range) parse in Python but are no JSON: the
+    MCP server got null in their place while the prompt showed `days=NaN`. Such a call is refused
+    before anyone is asked, saying why (also through a generated API); the string "NaN" is not."""
+    requests, outcome = await collect(executor, NOT_JSON)
+    assert isinstance(outcome, CodeExecutionResult), outcome
+    refused = (
+        "the tool call's arguments hold NaN or Infinity (or a number too large for a float), which "
+        "JSON cannot carry: the MCP server would get null in its place, not the value an approval "
+        "shows. Pass a finite number, None or a string instead"
+    )
+    assert outcome.text is not None
+    assert outcome.text.splitlines() == [
+        *[f"ToolRunnerError {refused}"] * 3,
+        *[f"raw {refused}"] * 3,
+        "ApprovalRejectedError Tool call nasty.echo was rejected by the application.",
+        f"ToolRunnerError {refused}",  # a generated API's float field passes NaN on as it is
+    ]
+    assert [str(r) for r in requests] == ['nasty.echo(message="NaN")']
+
+
+NOT_JSON = r"""
+import json, os, socket
+import mcptools.nasty as pkg
+from mcptools.nasty import defaults
+from ipybox import ToolRunner
+from ipybox.tool_exec.client import ToolRunnerError
+
+def raw(args):  # a request line as no ToolRunner writes it
+    line = json.dumps({"op": "run", "server_name": "nasty", "server_params": pkg.SERVER_PARAMS,
+                       "tool_name": "echo"})
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(os.environ["IPYBOX_TOOL_SERVER"])
+        sock.sendall(f'{line[:-1]}, "tool_args": {args}}}\n'.encode())
+        print("raw", json.loads(sock.makefile().readline())["error"])
+
+runner = ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS)
+for args in ({"days": float("nan")}, {"days": float("-inf")}, {"d": [1, {"x": float("inf")}]}):
+    try:
+        runner.run_sync("nullables", args)
+    except ToolRunnerError as e:
+        print(type(e).__name__, e)
+raw('{"n": 1e400}')
+raw('{"n": [-' + "9" * 400 + '.5]}')
+raw('{"n": Infinity}')
+for call in (lambda: runner.run_sync("echo", {"message": "NaN"}),
+             lambda: defaults.run(defaults.Params(req="x", f=float("nan")))):
+    try:
+        call()
+    except ToolRunnerError as e:
+        print(type(e).__name__, e)
+"""
