@@ -227,7 +227,12 @@ class Tools:
         """Install a package for the kernel, with network: "numpy>=1.26" or "git+https://..." (not !pip)."""
         who = principal()
         self._workspace(who)
-        return await self._install(package_name, who)
+        # the reply quotes the installer, which quotes what a package's build printed (on a
+        # gateway, the kernel's own output): data to the person the client shows it to
+        try:
+            return display.acting(await self._install(package_name, who))
+        except ToolError as e:
+            raise ToolError(display.acting(str(e))) from None
 
     async def reset(self, ctx: Context[Any, Any], kernel: str = DEFAULT_KERNEL) -> str:
         """Clear a kernel's variables and imports (files and mcptools/ stay)."""
