@@ -33,7 +33,7 @@ from ipybox.mcp_server.kernels import (
 )
 from ipybox.mcp_server.live import LiveView, follow, interrupted_if_client_leaves
 from ipybox.mcp_server.notebooks import Notebooks
-from ipybox.mcp_server.output import Spill, as_shown, truncate
+from ipybox.mcp_server.output import Spill, truncate
 from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
 from ipybox.tool_exec.approval import display
@@ -255,9 +255,8 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, sp
     # the client shows the reply to a person too: what would act on a terminal goes as escapes
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""
-        text = truncate(
-            as_shown(f"{output}{outcome}"), max_output_chars, spill_dir, trusted=workspace, spill=spill
-        )
+        shown = display.as_shown(f"{output}{outcome}")
+        text = truncate(shown, max_output_chars, spill_dir, trusted=workspace, spill=spill)
         raise ToolError(prefix + display.acting(text))
     if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
         raise ToolError(prefix + display.acting(str(outcome)))
@@ -266,9 +265,8 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, sp
     if outcome is None:
         raise ToolError(prefix + "The cell was interrupted.")
     assert isinstance(outcome, CodeExecutionResult)
-    text = display.acting(
-        truncate(as_shown(outcome.text or ""), max_output_chars, spill_dir, trusted=workspace, spill=spill)
-    )
+    shown = display.as_shown(outcome.text or "")
+    text = display.acting(truncate(shown, max_output_chars, spill_dir, trusted=workspace, spill=spill))
     if outcome.images:
         text += "\n" if text else ""
         text += "\n".join(f"[image saved to {path}]" for path in outcome.images)

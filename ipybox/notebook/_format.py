@@ -188,9 +188,36 @@ def code_cell(cell: CellRecord, cell_id: str) -> dict[str, Any]:
         "id": cell_id,
         "execution_count": cell.execution_count,
         "metadata": {"ipybox": own},
-        "outputs": cell.outputs,
+        "outputs": [_as_shown(output) for output in cell.outputs],
         "source": cell.code,
     }
+
+
+def _as_shown(output: dict[str, Any]) -> dict[str, Any]:
+    """`output` with the carriage returns of its text applied as a terminal applies them
+    (`display.as_shown`): Markdown reads a `\r` as a line end, so one ended the code block that
+    `nbconvert --to markdown` sets the output in, and what followed became Markdown and HTML (an
+    image fetched where the export is shown). A progress bar keeps its last state, as Jupyter
+    shows it."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        return output | {"text": _shown(output["text"])} if "\r" in output["text"] else output
+    if kind == "error":
+        lines = [*output["traceback"], output["evalue"], output["ename"]]
+        if not any("\r" in line for line in lines):
+            return output
+        *traceback, evalue, ename = map(_shown, lines)
+        return output | {"traceback": traceback, "evalue": evalue, "ename": ename}
+    data = output.get("data")
+    if isinstance(data, dict) and "\r" in str(data.get("text/plain", "")):
+        return output | {"data": data | {"text/plain": _shown(data["text/plain"])}}
+    return output
+
+
+def _shown(text: Any) -> Any:
+    if isinstance(text, list):  # a multi-line string as nbformat may keep it
+        return display.as_shown("".join(map(str, text)))
+    return display.as_shown(text) if isinstance(text, str) else text
 
 
 def notebook(record: SessionRecord, cells: list[dict[str, Any]], checked: int) -> dict[str, Any]:
