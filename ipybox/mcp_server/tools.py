@@ -116,11 +116,12 @@ class Tools:
         lines += [f"- {m}: {_summary(modules.descriptions.get(m, ''))}" for m in modules]
         if modules.repaired:
             lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")
-            lines += [f"- {name}: {what}" for name, what in modules.repaired.items()]
+            lines += [f"- {display.name(name)}: {what}" for name, what in modules.repaired.items()]
         if modules.skipped:
             lines.append(f"Skipped {len(modules.skipped)} tools (no module generated):")
-            lines += [f"- {name}: {why}" for name, why in modules.skipped.items()]
-        # the server's names and descriptions are data to whoever the client shows the reply
+            lines += [f"- {display.name(name)}: {why}" for name, why in modules.skipped.items()]
+        # the server's names and descriptions are data to whoever the client shows the reply: a
+        # name as the approval questions show it (a line break in it cannot add a line)
         return display.lines("\n".join(lines))
 
     async def execute_ipython_cell(
