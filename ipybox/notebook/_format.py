@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 FORMAT = 1
 #: What a tool call's output carries in its metadata, so a load tells it from the cell's own outputs.
 TOOL_CALL_KEY = "ipybox_tool_call"
+#: What ipybox's note on a cell's code carries in its metadata: made at each save, never loaded.
+CODE_NOTE_KEY = "ipybox_code_note"
+#: Lines a code note shows; more are counted.
+_NOTE_LINES = 20
 #: MIME types whose content is script, which a front end would run.
 _SCRIPTS = frozenset({"application/javascript", "text/javascript", "application/x-javascript"})
 #: The MIME types an output keeps: data every renderer shows as data (text escaped, images as
@@ -188,9 +192,45 @@ def code_cell(cell: CellRecord, cell_id: str) -> dict[str, Any]:
         "id": cell_id,
         "execution_count": cell.execution_count,
         "metadata": {"ipybox": own},
-        "outputs": [_as_shown(output) for output in cell.outputs],
+        "outputs": [
+            *_code_note(cell.code),
+            *(_as_shown(o) for o in cell.outputs if not o.get("metadata", {}).get(CODE_NOTE_KEY)),
+        ],
         "source": cell.code,
     }
+
+
+def _code_note(code: str) -> list[dict[str, Any]]:
+    """A note under a cell whose code holds characters that reorder, hide or act on text where it
+    is shown (a right-to-left override makes a comment of code in an HTML export: Trojan Source),
+    with those lines escaped (`display.escape`); none for other code. The code itself stays as it
+    ran: a resume checks it."""
+    lines = code.split("\n")
+    changed = [
+        (number, escaped)
+        for number, line in enumerate(lines, 1)
+        if (escaped := "\t".join(map(display.escape, line.split("\t")))) != line  # a tab is no trick
+    ]
+    if not changed:
+        return []
+    shown = [f"  line {number}: {text}" for number, text in changed[:_NOTE_LINES]]
+    if len(changed) > _NOTE_LINES:
+        shown.append(f"  … and {len(changed) - _NOTE_LINES} more lines")
+    what = "this cell's code holds characters that reorder, hide or act on text where it is shown; as it ran:"
+    return [
+        {
+            "output_type": "display_data",
+            "data": {
+                "text/plain": "\n".join([f"ipybox: {what}", *shown]),
+                "text/html": (
+                    '<div class="ipybox-code-note" style="border-left:3px solid #c60;padding-left:6px;'
+                    f'font-size:90%"><b>ipybox</b>: {html.escape(what)}'
+                    f"<pre>{html.escape(chr(10).join(shown))}</pre></div>"
+                ),
+            },
+            "metadata": {CODE_NOTE_KEY: True},
+        }
+    ]
 
 
 def _as_shown(output: dict[str, Any]) -> dict[str, Any]:

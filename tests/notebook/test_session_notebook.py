@@ -313,3 +313,34 @@ def _markdown_export_keeps_output_in_code_blocks(nb: nbformat.NotebookNode, outp
     assert "evil.example/error.png" in page and "evil.example/stream.png" in page  # shown, as text
     streams = "".join(o["text"] for o in outputs if o["output_type"] == "stream")
     assert "progress 2/2\n" in streams and "progress 1/2" not in streams  # as a terminal shows it
+
+
+#: Code whose text reads differently where it is shown than as it runs (Trojan Source): a
+#: right-to-left override and isolates that make a comment of code in an HTML page, a zero-width
+#: space in a name, a no-break space, a line separator; and code with nothing of the kind.
+TROJAN = [
+    'access = "user\u202e \u2066# check if admin\u2069 \u2066"\nprint(access)',
+    "is_admin = False\nif is_admin\u200b:\n    print('no')",
+    "x\u00a0= 1\ny = 2\u2028z = 3",
+]
+PLAIN = ["print('hi')\n\tpass  # a tab", "s = '\\u202e escaped in the source'"]
+
+
+def test_code_that_reads_otherwise_where_shown_gets_a_note_with_it_escaped(tmp_path: Path) -> None:
+    """The code of a cell is kept as it ran (a resume checks it), and an HTML export shows it as
+    a browser reorders it: a note under such a cell shows its lines escaped; a save after a load
+    makes one note again, not two."""
+    record = SessionRecord("trojan")
+    for code in TROJAN + PLAIN:
+        record.begin_cell(code).finish(0.1)
+    record.save(tmp_path / "session.ipynb")
+    nb = SessionRecord.load(tmp_path / "session.ipynb").to_notebook()
+    notes = [[o for o in cell.outputs if o.get("metadata", {}).get("ipybox_code_note")] for cell in nb.cells]
+    assert [len(n) for n in notes] == [1, 1, 1, 0, 0]
+    assert [cell.source for cell in nb.cells] == TROJAN + PLAIN  # the code as it ran
+    shown = [n[0]["data"]["text/plain"] for n in notes[:3]]
+    assert 'line 1: access = "user\\u202e \\u2066# check if admin\\u2069 \\u2066"' in shown[0]
+    assert "line 2: if is_admin\\u200b:" in shown[1] and "line 1" not in shown[1]
+    assert "line 1: x\\u00a0= 1" in shown[2] and "line 2: y = 2\\u2028z = 3" in shown[2]
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert "if is_admin\\u200b:" in page and page.count('class="ipybox-code-note"') == 3
