@@ -18,6 +18,7 @@ from operator import sub
 from typing import Any
 
 from ipybox._nesting import MAX_NESTING
+from ipybox.errors import IpyboxError
 
 #: Bytes of memory `json.loads` takes at most per thing it makes, beyond the text it copies into
 #: strings (CPython 3.11, with room to spare; tests/test_json_text.py holds them to the real
@@ -187,7 +188,7 @@ def whole_characters(value: Any, text: bytes | bytearray | str) -> Any:
     return value
 
 
-class NotFinite(ValueError):
+class NotFinite(IpyboxError, ValueError):
     """A number in JSON text that no JSON value is: NaN, Infinity, or a literal past a float's range."""
 
     def __init__(self) -> None:
