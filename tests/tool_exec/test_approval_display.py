@@ -223,3 +223,29 @@ for call in (lambda: runner.run_sync("echo", {"message": "NaN"}),
     except ToolRunnerError as e:
         print(type(e).__name__, e)
 """
+
+
+async def test_tool_names_mcp_allows_are_shown_whole(executor: CodeExecutor, _state_dir: Path) -> None:
+    """A tool name is cut at 80 characters no more (MCP allows 128): two tools alike in their first
+    100 and different at the end ("..._safe", "..._wipe") read the same in the prompt and the
+    question. Names are shown whole up to 200 characters; longer ones are cut, saying so."""
+    from ipybox.mcp_server.approval import describe_call
+
+    safe, wipe, huge = "read_" + "x" * 95 + "_safe", "read_" + "x" * 95 + "_wipe", "t" * 10_000
+    code = (
+        "import mcptools.nasty as pkg\n"
+        "from ipybox import ToolRunner\n"
+        "from ipybox.tool_exec.client import ToolRunnerError\n"
+        f"for tool in {[safe, wipe, huge]!r}:\n"
+        "    try:\n"
+        "        ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync(tool, {'p': 1})\n"
+        "    except ToolRunnerError:\n"
+        "        pass\n"
+    )
+    requests, outcome = await collect(executor, code)
+    assert isinstance(outcome, CodeExecutionResult), outcome
+    prompts = [str(r) for r in requests]
+    assert prompts[:2] == [f"nasty.{safe}(p=1)", f"nasty.{wipe}(p=1)"]
+    assert prompts[2] == f'nasty."{"t" * 200}"…[name of 10,000 characters](p=1)'
+    questions = [describe_call("nasty", tool, {"p": 1}) for tool in (safe, wipe)]
+    assert f"nasty.{safe}(" in questions[0] and f"nasty.{wipe}(" in questions[1]
