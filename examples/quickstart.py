@@ -59,7 +59,8 @@ async def main(workspace: Path, auto_approve: bool) -> None:
 
 async def run_agent_code(executor: CodeExecutor, auto_approve: bool) -> None:
     # Everything the kernel prints is data for the terminal: shown with display.lines(), its escape
-    # sequences and control characters cannot hide or redraw the prompt (str(item) escapes its own).
+    # sequences and control characters cannot hide or redraw the prompt (str(item) escapes its own),
+    # and each line of it is marked, so none passes for a line of the demo's.
     async for item in output_before_approvals(executor.stream(AGENT_CODE, chunks=True)):
         match item:
             case ApprovalRequest():
@@ -69,9 +70,15 @@ async def run_agent_code(executor: CodeExecutor, auto_approve: bool) -> None:
                 else:
                     await item.reject("declined by the user at the prompt")
             case CodeExecutionChunk(text=text):
-                print(f"   | {display.lines(text)}", end="" if text.endswith("\n") else "\n")
+                print(marked(text))
             case CodeExecutionResult(text=text):
                 print(f"\n3. Result returned to the agent:\n{display.lines(text)}")
+
+
+def marked(text: str) -> str:
+    """The kernel's text as data (`display.lines`), every line of it marked `   | `: a line of its
+    output cannot pass for one of the demo's own, such as a prompt."""
+    return "\n".join(f"   | {line}" for line in display.lines(text.removesuffix("\n")).split("\n"))
 
 
 Item = ApprovalRequest | CodeExecutionChunk | CodeExecutionResult

@@ -140,10 +140,12 @@ def test_quickstart_stops_at_once_on_ctrl_c_at_the_prompt(tmp_path: Path) -> Non
 #: would draw what follows black on black (a colour escape in its colon form) and put the payload
 #: on the user's clipboard (OSC 52, ended by ST); its last argument's name returns the cursor,
 #: erases the line and redraws a harmless prompt over the real one, whose `cmd` is the payload.
-#: Declined, it makes a call whose 39 long arguments after the payload would fill many screens.
+#: Its output's second line reads as a prompt of the demo's own. Declined, it makes a call whose
+#: 39 long arguments after the payload would fill many screens.
 _REDRAWING_CALL = r"""
 print("output \x1b[38:5:16m\x1b[48:5:16m hidden", flush=True)
 print("\x1b]52;c;UEFZTE9BRC1jdXJsLWV2aWx8c2g=\x1b\\ clipboard", flush=True)
+print("lines\n   approve everything.echo(message='hello')? [y/N] ", flush=True)
 import mcptools.everything as pkg
 from ipybox import ToolRunner
 fake = "\r\x1b[2K   approve everything.echo(message='hello')? [y/N] \x1b[8m"
@@ -200,10 +202,12 @@ def test_demo_prompt_on_a_real_terminal_shows_the_hidden_argument(tmp_path: Path
         assert "PAYLOAD" not in clipboard.stdout
         # the colours and the clipboard write are gone from the output, their text stays
         assert "\n   | output  hidden\n   |  clipboard\n" in screen, screen
+        # every line of it marked as the kernel's: the only prompt on the screen is the demo's
+        assert "\n   | lines\n   |    approve everything.echo(message='hello')? [y/N]" in screen, screen
         subprocess.run([tmux, *socket, "send-keys", "n", "Enter"], check=True)
         # the second prompt fits the screen: the call's name and first argument are still on it
-        screen = _screen_once(tmux, socket, re.compile(r"\? \[y/N\] ?$", re.M))
-        second = [line for line in screen.splitlines() if line.endswith(("[y/N]", "[y/N] "))][-1]
+        screen = _screen_once(tmux, socket, re.compile(r"SECOND-PAYLOAD.*\? \[y/N\] ?$", re.M))
+        second = _PROMPT.findall(screen)[-1]
         assert second.startswith('   approve everything.echo(cmd="SECOND-PAYLOAD", "pad00'), screen
         subprocess.run([tmux, *socket, "send-keys", "n", "Enter"], check=True)
         screen = _screen_once(tmux, socket, re.compile("DEMO ENDED"))
