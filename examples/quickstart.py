@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import shutil
 import sys
+import termios
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -58,19 +59,26 @@ async def main(workspace: Path, auto_approve: bool) -> None:
 
 async def run_agent_code(executor: CodeExecutor, auto_approve: bool) -> None:
     # Everything the kernel prints is data for the terminal: shown with display.lines(), its escape
-    # sequences and control characters cannot hide or redraw the prompt (str(item) escapes its own).
+    # sequences and control characters cannot hide or redraw the prompt (str(item) escapes its own),
+    # and each line of it is marked, so none passes for a line of the demo's.
     async for item in output_before_approvals(executor.stream(AGENT_CODE, chunks=True)):
         match item:
             case ApprovalRequest():
-                answer = "y" if auto_approve else await ask(f"   approve {item}? [Y/n] ")
-                if answer.strip().lower() in ("", "y", "yes"):
+                answer = "y" if auto_approve else await ask(f"   approve {item}? [y/N] ")
+                if answer.strip().lower() in ("y", "yes"):  # Enter alone declines
                     await item.accept()
                 else:
                     await item.reject("declined by the user at the prompt")
             case CodeExecutionChunk(text=text):
-                print(f"   | {display.lines(text)}", end="" if text.endswith("\n") else "\n")
+                print(marked(text))
             case CodeExecutionResult(text=text):
                 print(f"\n3. Result returned to the agent:\n{display.lines(text)}")
+
+
+def marked(text: str) -> str:
+    """The kernel's text as data (`display.lines`), every line of it marked `   | `: a line of its
+    output cannot pass for one of the demo's own, such as a prompt."""
+    return "\n".join(f"   | {line}" for line in display.lines(text.removesuffix("\n")).split("\n"))
 
 
 Item = ApprovalRequest | CodeExecutionChunk | CodeExecutionResult
@@ -109,8 +117,14 @@ async def output_before_approvals(stream: AsyncIterator[Item], grace: float = 0.
 
 
 async def ask(prompt: str) -> str:
-    """`input()` that Ctrl-C interrupts at once: the line is read on the event loop, not in a thread."""
+    """`input()` that Ctrl-C interrupts at once: the line is read on the event loop, not in a thread.
+
+    Keys typed before the question is on the screen (a second Enter after the last answer, a "y"
+    typed while the code still ran) are dropped first: only what the person types after reading
+    this question answers it."""
     loop = asyncio.get_running_loop()
+    if sys.stdin.isatty():
+        termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
     print(prompt, end="", flush=True)
     answer: asyncio.Future[str] = loop.create_future()
 

@@ -9,6 +9,7 @@ counts here decide before `json.loads` runs.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from operator import sub
 from typing import Any
 
 from ipybox._nesting import MAX_NESTING
+from ipybox.errors import IpyboxError
 
 #: Bytes of memory `json.loads` takes at most per thing it makes, beyond the text it copies into
 #: strings (CPython 3.11, with room to spare; tests/test_json_text.py holds them to the real
@@ -184,3 +186,32 @@ def whole_characters(value: Any, text: bytes | bytearray | str) -> Any:
             elif isinstance(inner, dict | list):
                 stack.append(inner)
     return value
+
+
+class NotFinite(IpyboxError, ValueError):
+    """A number in JSON text that no JSON value is: NaN, Infinity, or a literal past a float's range."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the tool call's arguments hold NaN or Infinity (or a number too large for a float), which "
+            "JSON cannot carry: the MCP server would get null in its place, not the value an approval "
+            "shows. Pass a finite number, None or a string instead"
+        )
+
+
+def loads(text: str) -> Any:
+    """`json.loads(text)`, refusing (`NotFinite`) the numbers Python reads but JSON has not: what
+    the host passes on is JSON again, where each became null, so a person approving `days=NaN`
+    would have run `days=null`."""
+    return json.loads(text, parse_constant=_not_finite, parse_float=_finite)
+
+
+def _not_finite(literal: str) -> Any:
+    raise NotFinite()
+
+
+def _finite(literal: str, _float: type[float] = float) -> float:
+    number = _float(literal)
+    if number - number:  # inf - inf is NaN, which is true; a finite number gives 0.0
+        raise NotFinite()
+    return number

@@ -616,3 +616,16 @@ async def test_cancel_after_the_result_changes_nothing(executor: CodeExecutor) -
     assert (await executor.execute("print('done')")).text == "done"
     await executor.cancel()  # nothing runs: no effect on what comes next
     assert (await executor.execute("print('next')")).text == "next"
+
+
+async def test_escape_sequences_leave_the_output_and_take_no_text_with_them(executor: CodeExecutor) -> None:
+    """`result.text` is what an application prints: every escape sequence goes (a clipboard write
+    ended by ST, a link, DCS, 8-bit CSI), and none that never ended takes the lines after it."""
+    code = (
+        "print('one \\x1b]52;c;UEFZTE9BRA==\\x1b\\\\ two \\x1b]8;;https://evil.example/\\x1b\\\\link')\n"
+        "print('three \\x1bP+q544e\\x1b\\\\ four \\x9b2J five \\x1b]0;never ended')\n"
+        "print('six')\n"
+        "print('seven \\x07 eight')\n"
+    )
+    result = await executor.execute(code)
+    assert result.text == "one  two link\nthree  four  five 0;never ended\nsix\nseven \x07 eight"

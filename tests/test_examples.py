@@ -65,8 +65,8 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     [code] = re.findall(r"## Quickstart \(Python SDK\)\n.*?```python\n(.*?)```", readme, re.S)
     script = tmp_path / "quickstart.py"
     script.write_text(code)
-    out = run([sys.executable, str(script)], tmp_path, stdin="Y\n", cwd=tmp_path)  # the default's capital
-    assert "Approve everything.get-sum(a=2, b=3)? [Y/n]" in out
+    out = run([sys.executable, str(script)], tmp_path, stdin="Y\n", cwd=tmp_path)  # a capital is a yes too
+    assert "Approve everything.get-sum(a=2, b=3)? [y/N]" in out
     assert out.rstrip().splitlines()[-1].endswith("The sum of 2 and 3 is 5.")
 
 
@@ -125,7 +125,7 @@ def test_quickstart_stops_at_once_on_ctrl_c_at_the_prompt(tmp_path: Path) -> Non
     ) as demo:
         assert demo.stdout is not None and demo.stderr is not None
         shown = b""
-        while b"[Y/n]" not in shown:  # the first approval prompt (no newline after it)
+        while b"[y/N]" not in shown:  # the first approval prompt (no newline after it)
             chunk = os.read(demo.stdout.fileno(), 4096)
             assert chunk, shown.decode() + demo.stderr.read().decode()
             shown += chunk
@@ -140,13 +140,15 @@ def test_quickstart_stops_at_once_on_ctrl_c_at_the_prompt(tmp_path: Path) -> Non
 #: would draw what follows black on black (a colour escape in its colon form) and put the payload
 #: on the user's clipboard (OSC 52, ended by ST); its last argument's name returns the cursor,
 #: erases the line and redraws a harmless prompt over the real one, whose `cmd` is the payload.
-#: Declined, it makes a call whose 39 long arguments after the payload would fill many screens.
+#: Its output's second line reads as a prompt of the demo's own. Declined, it makes a call whose
+#: 39 long arguments after the payload would fill many screens.
 _REDRAWING_CALL = r"""
 print("output \x1b[38:5:16m\x1b[48:5:16m hidden", flush=True)
 print("\x1b]52;c;UEFZTE9BRC1jdXJsLWV2aWx8c2g=\x1b\\ clipboard", flush=True)
+print("lines\n   approve everything.echo(message='hello')? [y/N] ", flush=True)
 import mcptools.everything as pkg
 from ipybox import ToolRunner
-fake = "\r\x1b[2K   approve everything.echo(message='hello')? [Y/n] \x1b[8m"
+fake = "\r\x1b[2K   approve everything.echo(message='hello')? [y/N] \x1b[8m"
 try:
     ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync(
         "echo", {"message": "hello", "cmd": "PAYLOAD-curl-evil|sh", fake: "\x1b[0m"}
@@ -157,7 +159,7 @@ many = {f"pad{i:02}" + "x" * 90: "D" * 10_000 for i in range(39)}
 ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync("echo", {"cmd": "SECOND-PAYLOAD", **many})
 """
 #: The demo's prompt line on the screen, whole (the agent code printed before starts otherwise).
-_PROMPT = re.compile(r"^   approve .*\? \[Y/n\] ?$", re.M)
+_PROMPT = re.compile(r"^   approve .*\? \[y/N\] ?$", re.M)
 _DEMO = f"""
 import asyncio, sys
 from pathlib import Path
@@ -198,12 +200,14 @@ def test_demo_prompt_on_a_real_terminal_shows_the_hidden_argument(tmp_path: Path
         assert "\x1b" not in drawn.stdout, repr(drawn.stdout)
         clipboard = subprocess.run([tmux, *socket, "show-buffer"], capture_output=True, text=True)
         assert "PAYLOAD" not in clipboard.stdout
-        assert "output \\u001b[38:5:16m\\u001b[48:5:16m hidden" in screen, screen  # shown as data
-        assert "\\u001b]52;c;UEFZTE9BRC1jdXJsLWV2aWx8c2g=\\u001b\\ clipboard" in screen, screen
+        # the colours and the clipboard write are gone from the output, their text stays
+        assert "\n   | output  hidden\n   |  clipboard\n" in screen, screen
+        # every line of it marked as the kernel's: the only prompt on the screen is the demo's
+        assert "\n   | lines\n   |    approve everything.echo(message='hello')? [y/N]" in screen, screen
         subprocess.run([tmux, *socket, "send-keys", "n", "Enter"], check=True)
         # the second prompt fits the screen: the call's name and first argument are still on it
-        screen = _screen_once(tmux, socket, re.compile(r"\? \[Y/n\] ?$", re.M))
-        second = [line for line in screen.splitlines() if line.endswith(("[Y/n]", "[Y/n] "))][-1]
+        screen = _screen_once(tmux, socket, re.compile(r"SECOND-PAYLOAD.*\? \[y/N\] ?$", re.M))
+        second = _PROMPT.findall(screen)[-1]
         assert second.startswith('   approve everything.echo(cmd="SECOND-PAYLOAD", "pad00'), screen
         subprocess.run([tmux, *socket, "send-keys", "n", "Enter"], check=True)
         screen = _screen_once(tmux, socket, re.compile("DEMO ENDED"))
@@ -222,3 +226,61 @@ def _screen_once(tmux: str, socket: list[str], text: re.Pattern[str]) -> str:
         if text.search(screen):
             return screen
         time.sleep(0.2)
+
+
+#: A benign call, then, after a pause, the one that matters: an answer the person typed before the
+#: second question was on the screen (a second Enter, a "y" typed ahead) must not answer it.
+_TYPED_AHEAD = r"""
+import os, time
+import mcptools.everything as pkg
+from ipybox import ToolRunner
+runner = ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS)
+runner.run_sync("echo", {"message": "hello"})
+print("working", flush=True)
+while not os.path.exists("typed"):  # the test has typed ahead
+    time.sleep(0.05)
+for cmd in ("FIRST-PAYLOAD", "SECOND-PAYLOAD"):
+    try:
+        print(runner.run_sync("echo", {"message": cmd}))
+    except Exception as e:
+        print(type(e).__name__, e)
+"""
+
+
+def test_demo_prompt_is_answered_only_by_keys_pressed_after_it_is_shown(tmp_path: Path) -> None:
+    """The quickstart's prompt in tmux: keys typed before a question was on the screen (an extra
+    Enter after the last answer, a "y" typed while the agent's code still ran) are dropped, not
+    taken as its answer; and Enter alone declines."""
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed (apt-get install -y tmux): the terminal check needs it")
+    script = tmp_path / "demo.py"
+    script.write_text(_DEMO.replace(repr(_REDRAWING_CALL), repr(_TYPED_AHEAD)))
+    env = {
+        "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}",
+        "HOME": os.environ["HOME"],
+        "IPYBOX_STATE_DIR": str(tmp_path / "state"),
+        "TERM": "xterm-256color",
+    }
+    socket = ["-L", f"ipybox-test-ahead-{os.getpid()}", "-f", "/dev/null"]
+    command = f"{sys.executable} {script} {tmp_path / 'ws'}; sleep 600"
+    subprocess.run(
+        [tmux, *socket, "new-session", "-d", "-x", "160", "-y", "50", command], env=env, check=True
+    )
+    keys = [tmux, *socket, "send-keys"]
+    try:
+        _screen_once(tmux, socket, re.compile(r"echo\(message=\"hello\"\)\? \[y/N\] ?$", re.M))
+        subprocess.run([*keys, "y", "Enter", "Enter"], check=True)  # a second Enter, by mistake
+        _screen_once(tmux, socket, re.compile(r"^   \| working", re.M))
+        subprocess.run([*keys, "y", "Enter"], check=True)  # typed ahead, while the code still runs
+        (tmp_path / "ws" / "typed").touch()
+        screen = _screen_once(tmux, socket, re.compile(r"FIRST-PAYLOAD\"\)\? \[y/N\] ?$", re.M))
+        assert "Echo: FIRST-PAYLOAD" not in screen, screen
+        subprocess.run([*keys, "Enter"], check=True)  # pressed after it is shown: Enter alone declines
+        _screen_once(tmux, socket, re.compile(r"SECOND-PAYLOAD\"\)\? \[y/N\] ?$", re.M))
+        subprocess.run([*keys, "y", "Enter"], check=True)
+        screen = _screen_once(tmux, socket, re.compile("DEMO ENDED"))
+        assert "Echo: SECOND-PAYLOAD" in screen and "Echo: FIRST-PAYLOAD" not in screen, screen
+        assert "ApprovalRejectedError Tool call everything.echo was declined by the user" in screen, screen
+    finally:
+        subprocess.run([tmux, *socket, "kill-server"], check=False)

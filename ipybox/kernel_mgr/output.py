@@ -12,12 +12,29 @@ from typing import Any
 
 from ipybox.kernel_mgr.limits import format_size
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+#: Escape sequences (ECMA-48, in their 7-bit and 8-bit forms), each as a whole: a string's body
+#: (OSC, DCS, ...) of printable characters only, so one that never ends takes no text with it;
+#: then what is left of one, an introducer or a C1 control, alone.
+_ANSI = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor, modes, queries
+    r"|(?:\x1b\]|\x9d)[^\x00-\x1f\x7f-\x9f]*(?:\x07|\x1b\\|\x9c)"  # OSC: title, clipboard, links
+    r"|(?:\x1b[PX^_]|[\x90\x98\x9e\x9f])[^\x00-\x1f\x7f-\x9f]*(?:\x1b\\|\x9c)"  # DCS, SOS, PM, APC
+    r"|\x1b[ -/]*[0-~]"  # the rest: cursor save and restore, reset, character sets
+    r"|[\x1b\x80-\x9f]"
+)
+_C1 = re.compile("[\x80-\x9f]")
 
 
 def strip_ansi(text: str) -> str:
-    """Remove terminal colour and cursor escapes, and the CR of CRLF line ends (pseudo-terminals)."""
-    return _ANSI.sub("", text).replace("\r\n", "\n")
+    """Remove terminal escape sequences, and the CR of CRLF line ends (pseudo-terminals).
+
+    Every one goes, and only it: text printed between the start of a sequence that never ended
+    and a later end stays, and no escape character is left over (where one was cut between two
+    messages, the rest of it is shown as text), so what an application prints of a kernel's
+    output cannot set the clipboard, make links or redraw the screen."""
+    if "\x1b" in text or (not text.isascii() and _C1.search(text)):
+        text = _ANSI.sub("", text)
+    return text.replace("\r\n", "\n")
 
 
 #: What the marker says where the output limit dropped characters from the middle of a cell's output.

@@ -130,7 +130,7 @@ def describe_call(server: str, tool: str, args: dict[str, Any]) -> str:
     lines = [
         f"  {arg}" for arg in display.arguments(args, spill.hint, QUESTION_VALUE_LIMIT, QUESTION_ARGS_LIMIT)
     ]
-    call = f"{display.name(server)}.{display.name(tool)}"
+    call = display.tool_name(server, tool)
     shown = f"{call}()" if not lines else "\n".join([f"{call}(", *lines, ")"])
     return _question("Code running in ipybox wants to make this tool call:", shown)
 

@@ -57,29 +57,6 @@ def truncate(
     return text[:head] + marker + (text[-tail:] if tail else "")
 
 
-def as_shown(text: str) -> str:
-    """`text` with its carriage returns applied as a terminal applies them: what follows a `\r`
-    is written over the start of its line. A progress bar's hundred updates of one line leave
-    the last one, as the person who ran the cell saw it, instead of all of them."""
-    if "\r" not in text:
-        return text
-    return "\n".join(_overwritten(line) if "\r" in line else line for line in text.split("\n"))
-
-
-def _overwritten(line: str) -> str:
-    """What stays of `line`'s parts, each written over the start of those before it: each
-    character comes from the last part that reaches it, so the parts are taken from the last,
-    each adding what it holds past the longest after it (linear: written over one by one, a
-    long line and a million short overwrites took minutes)."""
-    kept: list[str] = []
-    reached = 0
-    for part in reversed(line.split("\r")):
-        if len(part) > reached:
-            kept.append(part[reached:])
-            reached = len(part)
-    return "".join(kept)
-
-
 @contextlib.contextmanager
 def _open_dir(path: Path, trusted: Path) -> Iterator[int]:
     """A descriptor of `path`, made if missing; below `trusted` walked without following links."""

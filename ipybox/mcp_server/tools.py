@@ -33,7 +33,7 @@ from ipybox.mcp_server.kernels import (
 )
 from ipybox.mcp_server.live import LiveView, follow, interrupted_if_client_leaves
 from ipybox.mcp_server.notebooks import Notebooks
-from ipybox.mcp_server.output import Spill, as_shown, truncate
+from ipybox.mcp_server.output import Spill, truncate
 from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
 from ipybox.tool_exec.approval import display
@@ -116,11 +116,12 @@ class Tools:
         lines += [f"- {m}: {_summary(modules.descriptions.get(m, ''))}" for m in modules]
         if modules.repaired:
             lines.append(f"Repaired {len(modules.repaired)} malformed tool definitions:")
-            lines += [f"- {name}: {what}" for name, what in modules.repaired.items()]
+            lines += [f"- {display.name(name)}: {what}" for name, what in modules.repaired.items()]
         if modules.skipped:
             lines.append(f"Skipped {len(modules.skipped)} tools (no module generated):")
-            lines += [f"- {name}: {why}" for name, why in modules.skipped.items()]
-        # the server's names and descriptions are data to whoever the client shows the reply
+            lines += [f"- {display.name(name)}: {why}" for name, why in modules.skipped.items()]
+        # the server's names and descriptions are data to whoever the client shows the reply: a
+        # name as the approval questions show it (a line break in it cannot add a line)
         return display.lines("\n".join(lines))
 
     async def execute_ipython_cell(
@@ -227,7 +228,12 @@ class Tools:
         """Install a package for the kernel, with network: "numpy>=1.26" or "git+https://..." (not !pip)."""
         who = principal()
         self._workspace(who)
-        return await self._install(package_name, who)
+        # the reply quotes the installer, which quotes what a package's build printed (on a
+        # gateway, the kernel's own output): data to the person the client shows it to
+        try:
+            return display.acting(await self._install(package_name, who))
+        except ToolError as e:
+            raise ToolError(display.acting(str(e))) from None
 
     async def reset(self, ctx: Context[Any, Any], kernel: str = DEFAULT_KERNEL) -> str:
         """Clear a kernel's variables and imports (files and mcptools/ stay)."""
@@ -250,9 +256,8 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, sp
     # the client shows the reply to a person too: what would act on a terminal goes as escapes
     if isinstance(outcome, CodeExecutionError):
         output = f"{outcome.output}\n\n" if outcome.output else ""
-        text = truncate(
-            as_shown(f"{output}{outcome}"), max_output_chars, spill_dir, trusted=workspace, spill=spill
-        )
+        shown = display.as_shown(f"{output}{outcome}")
+        text = truncate(shown, max_output_chars, spill_dir, trusted=workspace, spill=spill)
         raise ToolError(prefix + display.acting(text))
     if isinstance(outcome, (TimeoutError, RuntimeError, OSError, ValueError)):
         raise ToolError(prefix + display.acting(str(outcome)))
@@ -261,9 +266,8 @@ def _reply(run: CellRun, workspace: Path, max_output_chars: int, notice: str, sp
     if outcome is None:
         raise ToolError(prefix + "The cell was interrupted.")
     assert isinstance(outcome, CodeExecutionResult)
-    text = display.acting(
-        truncate(as_shown(outcome.text or ""), max_output_chars, spill_dir, trusted=workspace, spill=spill)
-    )
+    shown = display.as_shown(outcome.text or "")
+    text = display.acting(truncate(shown, max_output_chars, spill_dir, trusted=workspace, spill=spill))
     if outcome.images:
         text += "\n" if text else ""
         text += "\n".join(f"[image saved to {path}]" for path in outcome.images)

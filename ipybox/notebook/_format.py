@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 FORMAT = 1
 #: What a tool call's output carries in its metadata, so a load tells it from the cell's own outputs.
 TOOL_CALL_KEY = "ipybox_tool_call"
+#: What ipybox's note on a cell's code carries in its metadata: made at each save, never loaded.
+CODE_NOTE_KEY = "ipybox_code_note"
+#: Lines a code note shows; more are counted.
+_NOTE_LINES = 20
 #: MIME types whose content is script, which a front end would run.
 _SCRIPTS = frozenset({"application/javascript", "text/javascript", "application/x-javascript"})
 #: The MIME types an output keeps: data every renderer shows as data (text escaped, images as
@@ -188,9 +192,72 @@ def code_cell(cell: CellRecord, cell_id: str) -> dict[str, Any]:
         "id": cell_id,
         "execution_count": cell.execution_count,
         "metadata": {"ipybox": own},
-        "outputs": cell.outputs,
+        "outputs": [
+            *_code_note(cell.code),
+            *(_as_shown(o) for o in cell.outputs if not o.get("metadata", {}).get(CODE_NOTE_KEY)),
+        ],
         "source": cell.code,
     }
+
+
+def _code_note(code: str) -> list[dict[str, Any]]:
+    """A note under a cell whose code holds characters that reorder, hide or act on text where it
+    is shown (a right-to-left override makes a comment of code in an HTML export: Trojan Source),
+    with those lines escaped (`display.escape`); none for other code. The code itself stays as it
+    ran: a resume checks it."""
+    lines = code.split("\n")
+    changed = [
+        (number, escaped)
+        for number, line in enumerate(lines, 1)
+        if (escaped := "\t".join(map(display.escape, line.split("\t")))) != line  # a tab is no trick
+    ]
+    if not changed:
+        return []
+    shown = [f"  line {number}: {text}" for number, text in changed[:_NOTE_LINES]]
+    if len(changed) > _NOTE_LINES:
+        shown.append(f"  … and {len(changed) - _NOTE_LINES} more lines")
+    what = "this cell's code holds characters that reorder, hide or act on text where it is shown; as it ran:"
+    return [
+        {
+            "output_type": "display_data",
+            "data": {
+                "text/plain": "\n".join([f"ipybox: {what}", *shown]),
+                "text/html": (
+                    '<div class="ipybox-code-note" style="border-left:3px solid #c60;padding-left:6px;'
+                    f'font-size:90%"><b>ipybox</b>: {html.escape(what)}'
+                    f"<pre>{html.escape(chr(10).join(shown))}</pre></div>"
+                ),
+            },
+            "metadata": {CODE_NOTE_KEY: True},
+        }
+    ]
+
+
+def _as_shown(output: dict[str, Any]) -> dict[str, Any]:
+    """`output` with the carriage returns of its text applied as a terminal applies them
+    (`display.as_shown`): Markdown reads a `\r` as a line end, so one ended the code block that
+    `nbconvert --to markdown` sets the output in, and what followed became Markdown and HTML (an
+    image fetched where the export is shown). A progress bar keeps its last state, as Jupyter
+    shows it."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        return output | {"text": _shown(output["text"])} if "\r" in output["text"] else output
+    if kind == "error":
+        lines = [*output["traceback"], output["evalue"], output["ename"]]
+        if not any("\r" in line for line in lines):
+            return output
+        *traceback, evalue, ename = map(_shown, lines)
+        return output | {"traceback": traceback, "evalue": evalue, "ename": ename}
+    data = output.get("data")
+    if isinstance(data, dict) and "\r" in str(data.get("text/plain", "")):
+        return output | {"data": data | {"text/plain": _shown(data["text/plain"])}}
+    return output
+
+
+def _shown(text: Any) -> Any:
+    if isinstance(text, list):  # a multi-line string as nbformat may keep it
+        return display.as_shown("".join(map(str, text)))
+    return display.as_shown(text) if isinstance(text, str) else text
 
 
 def notebook(record: SessionRecord, cells: list[dict[str, Any]], checked: int) -> dict[str, Any]:

@@ -254,8 +254,11 @@ class Listener:
                 return None, 0
             reading = text.parse_bytes
             try:
-                request = _json_text.whole_characters(json.loads(line.decode()), line)  # UTF-8 only
+                request = _json_text.whole_characters(_json_text.loads(line.decode()), line)  # UTF-8 only
                 op = request.get("op")
+            except _json_text.NotFinite as e:  # shown as NaN, sent as null: refused before anyone is asked
+                await send(writer, {"ok": False, "error": str(e)})
+                return None, 0
             except (RecursionError, ValueError, AttributeError):  # ValueError: JSON, UTF-8, a long int
                 await send(writer, {"ok": False, "error": "malformed request"})
                 return None, 0

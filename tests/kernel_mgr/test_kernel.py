@@ -78,6 +78,27 @@ def test_strip_ansi() -> None:
     assert strip_ansi("\x1b[31mred\x1b[0m \x1b[1;32mbold\x1b[39;49m\x1b]0;title\x07!") == "red bold!"
 
 
+#: What a kernel prints, with each escape sequence's kind: nothing of them may stay (an application
+#: prints `result.text`), and no text around them may go (a string that never ended ate it).
+STRIPPED = [
+    ("a\x1b]52;c;UEFZTE9BRA==\x1b\\b", "ab"),  # clipboard, ended by ST
+    ("a\x1b]8;;https://evil.example/\x1b\\link\x1b]8;;\x1b\\b", "alinkb"),  # hyperlink
+    ("a\x1bP+q544e\x1b\\b\x1b_apc\x1b\\c\x1bX\x1b\\d\x1b^pm\x9ce", "abcde"),  # DCS, APC, SOS, PM
+    ("a\x9b2Jb\x9d0;t\x07c\x90q\x9cd\x85e", "abcde"),  # 8-bit CSI, OSC, DCS; NEL
+    ("a\x1b7b\x1b8c\x1bcd\x1bMe\x1b(Bf\x1b#8g", "abcdefg"),  # cursor save/restore, reset, charsets
+    ("a\x1b[38:5:16mb\x1b[?1049hc\x1b[?2004hd\x1b[6ne\x1b[ch", "abcdeh"),  # colon SGR, modes, queries
+    ("a\x1b\x1b[0m]52;c;UEFZ\x07b", "a]52;c;UEFZ\x07b"),  # no sequence made by stripping another
+    ("a\x1b]0;never ended\nlines\x07b", "a0;never ended\nlines\x07b"),  # eats nothing
+    ("a\x1b]52;c;UEFZ", "a52;c;UEFZ"),  # a sequence cut at the message's end: its start goes
+    ("\x1b", ""),
+]
+
+
+def test_strip_ansi_removes_every_escape_sequence_and_no_text() -> None:
+    for raw, left in STRIPPED:
+        assert strip_ansi(raw) == left, ascii(raw)
+
+
 def test_output_collector_orders_events_and_decodes_images() -> None:
     seen: list[KernelEvent] = []
     collector = OutputCollector(seen.append)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,8 @@ import pytest
 
 from ipybox.mcp_server import packages
 from ipybox.mcp_server.packages import RequirementError, check_requirement
+
+from .conftest import open_ipybox, text_of
 
 PROBE = "ipybox-attack-probe"
 UV = shutil.which("uv")
@@ -245,3 +249,52 @@ def test_installer_environment_keeps_index_settings_only() -> None:
     assert env["UV_NO_CONFIG"] == "1" and env["PIP_CONFIG_FILE"] == os.devnull
     for dropped in ["UV_FIND_LINKS", "PIP_CONSTRAINT", "PYTHONPATH", "PYTHONSTARTUP", "VIRTUAL_ENV"]:
         assert dropped not in env
+
+
+#: What a package's build prints when it fails, which the installer quotes in its error: a
+#: clipboard write (OSC 52), screen clears (7-bit and 8-bit CSI), a right-to-left override and a
+#: carriage return that writes over the line.
+LOUD_BUILD = "building \x1b]52;c;UEFZTE9BRA==\x07\x1b[2J\x9b2J\u202eevil\rover\n"
+
+
+def loud_index(root: Path) -> Path:
+    """A package index (simple API, on disk) with one sdist whose in-tree build backend prints
+    `LOUD_BUILD` and fails (nothing is installed)."""
+    name, dist = "ipybox-loud-probe", "ipybox_loud_probe-1.0"
+    files = {
+        "pyproject.toml": (
+            '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+            f'[project]\nname = "{name}"\nversion = "1.0"\n'
+        ),
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+        "backend.py": (
+            f"import sys\ndef _fail(*args, **kwargs):\n    sys.stderr.write({LOUD_BUILD!r})\n"
+            "    raise SystemExit(1)\n"
+            "get_requires_for_build_wheel = build_wheel = prepare_metadata_for_build_wheel = _fail\n"
+        ),
+    }
+    project = root / "simple" / name
+    project.mkdir(parents=True)
+    with tarfile.open(project / f"{dist}.tar.gz", "w:gz") as sdist:
+        for path, text in files.items():
+            info = tarfile.TarInfo(f"{dist}/{path}")
+            info.size = len(text.encode())
+            sdist.addfile(info, io.BytesIO(text.encode()))
+    (project / "index.html").write_text(f'<a href="{dist}.tar.gz">{dist}.tar.gz</a>\n')
+    return root / "simple"
+
+
+@requires_uv
+async def test_the_installers_output_reaches_the_client_as_data(
+    workspace: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    """install_package's reply quotes the installer, which quotes what the package's build
+    printed: it reaches the client (shown to a person) with what acts on a terminal escaped."""
+    index = loud_index(tmp_path / "index")
+    env = {"UV_INDEX_URL": index.as_uri(), "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    async with open_ipybox(workspace, state_dir, env=env) as box:
+        result = await box.call("install_package", {"package_name": "ipybox-loud-probe"})
+    text = text_of(result)
+    assert result.is_error and "Failed to build" in text, text
+    assert not set(text) & {"\r", "\x1b", "\x9b", "\u202e", "\x07"}, ascii(text)
+    assert "\\u009b2J\\u202eevil\\rover" in text, ascii(text)

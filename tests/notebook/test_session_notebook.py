@@ -225,13 +225,16 @@ Table()
 
 
 async def test_markup_a_kernel_displays_is_kept_as_text_never_rendered(tmp_path: Path) -> None:
-    from ipybox import CodeExecutor
+    from ipybox import CodeExecutionError, CodeExecutor
 
     async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
         await executor.execute(MARKUP_CELL)
+        with pytest.raises(CodeExecutionError):
+            await executor.execute(CARRIAGE_RETURNS)
         nb = executor.notebook()
     nbformat.validate(nb)
-    outputs = nb.cells[-1].outputs
+    _markdown_export_keeps_output_in_code_blocks(nb, nb.cells[-1].outputs)
+    outputs = nb.cells[-2].outputs
     kinds = {k for o in outputs for k in o.get("data", {})}
     assert kinds <= {"text/plain", "image/png", "image/jpeg"}, kinds  # no HTML, SVG or markdown
     texts = [o["data"]["text/plain"] for o in outputs if "text/plain" in o.get("data", {})]
@@ -275,3 +278,69 @@ def test_the_session_keeps_its_newest_images_within_image_bytes() -> None:
     assert len(kept) == 1 and nb.cells[-1].outputs[0]["data"]["image/png"] == png
     made_way = [o["data"]["text/plain"] for c in nb.cells[:-1] for o in c.outputs]
     assert len(made_way) == 2 and all("newer ones took its place" in t for t in made_way)
+
+
+#: Output whose carriage returns (a line ending to Markdown) would end the indented code block that
+#: `nbconvert --to markdown` puts it in: what follows one, and the lines after, became Markdown
+#: and HTML (an image fetched where the export is shown, a link, a heading). In a stream, a
+#: displayed value, an exception's message; and a progress bar, whose last state is kept.
+CARRIAGE_RETURNS = r"""
+import sys
+print("out\r![leak](https://evil.example/stream.png)\r<img src=https://evil.example/raw.png>")
+print("[link](https://evil.example/)\n# heading")
+sys.stderr.write("err\r![leak](https://evil.example/stderr.png)\n")
+for i in range(3):
+    print(f"\rprogress {i}/2", end="", flush=True)
+print()
+display({"text/plain": "shown\r![leak](https://evil.example/display.png)"}, raw=True)
+class Value:
+    def __repr__(self):
+        return "value\r![leak](https://evil.example/value.png)"
+display(Value())
+raise ValueError("raised\r![leak](https://evil.example/error.png)")
+"""
+
+
+def _markdown_export_keeps_output_in_code_blocks(nb: nbformat.NotebookNode, outputs: list) -> None:
+    import mistune
+    from nbconvert import MarkdownExporter
+
+    page, _ = MarkdownExporter().from_notebook_node(nb)
+    rendered = mistune.create_markdown(escape=False, plugins=["url"])(page)
+    active = re.findall(r"<(?:img|a|h1)\b[^>]*>", rendered)  # nbconvert's own: the cell's images
+    own = re.compile(r'<img src="output_\d+_\d+\.(png|jpg)" alt="\w+" />')
+    assert all(own.fullmatch(tag) for tag in active), active
+    assert "evil.example/error.png" in page and "evil.example/stream.png" in page  # shown, as text
+    streams = "".join(o["text"] for o in outputs if o["output_type"] == "stream")
+    assert "progress 2/2\n" in streams and "progress 1/2" not in streams  # as a terminal shows it
+
+
+#: Code whose text reads differently where it is shown than as it runs (Trojan Source): a
+#: right-to-left override and isolates that make a comment of code in an HTML page, a zero-width
+#: space in a name, a no-break space, a line separator; and code with nothing of the kind.
+TROJAN = [
+    'access = "user\u202e \u2066# check if admin\u2069 \u2066"\nprint(access)',
+    "is_admin = False\nif is_admin\u200b:\n    print('no')",
+    "x\u00a0= 1\ny = 2\u2028z = 3",
+]
+PLAIN = ["print('hi')\n\tpass  # a tab", "s = '\\u202e escaped in the source'"]
+
+
+def test_code_that_reads_otherwise_where_shown_gets_a_note_with_it_escaped(tmp_path: Path) -> None:
+    """The code of a cell is kept as it ran (a resume checks it), and an HTML export shows it as
+    a browser reorders it: a note under such a cell shows its lines escaped; a save after a load
+    makes one note again, not two."""
+    record = SessionRecord("trojan")
+    for code in TROJAN + PLAIN:
+        record.begin_cell(code).finish(0.1)
+    record.save(tmp_path / "session.ipynb")
+    nb = SessionRecord.load(tmp_path / "session.ipynb").to_notebook()
+    notes = [[o for o in cell.outputs if o.get("metadata", {}).get("ipybox_code_note")] for cell in nb.cells]
+    assert [len(n) for n in notes] == [1, 1, 1, 0, 0]
+    assert [cell.source for cell in nb.cells] == TROJAN + PLAIN  # the code as it ran
+    shown = [n[0]["data"]["text/plain"] for n in notes[:3]]
+    assert 'line 1: access = "user\\u202e \\u2066# check if admin\\u2069 \\u2066"' in shown[0]
+    assert "line 2: if is_admin\\u200b:" in shown[1] and "line 1" not in shown[1]
+    assert "line 1: x\\u00a0= 1" in shown[2] and "line 2: y = 2\\u2028z = 3" in shown[2]
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert "if is_admin\\u200b:" in page and page.count('class="ipybox-code-note"') == 3

@@ -169,3 +169,83 @@ def test_escape_keeps_two_marks_of_each_run_and_acting_keeps_what_is_drawn() -> 
     shown = display.acting(f"{family} {warning}\tok\r\x9b2J\u2066x\u2069\n")
     assert shown == f"{family} {warning}\tok\\r\\u009b2J\\u2066x\\u2069\n"
     assert display.lines("one\n\x1b[2Jtwo") == "one\n\\u001b[2Jtwo"
+
+
+async def test_numbers_json_cannot_carry_are_refused_before_anyone_is_asked(executor: CodeExecutor) -> None:
+    """NaN and Infinity (or a literal past a float's range) parse in Python but are no JSON: the
+    MCP server got null in their place while the prompt showed `days=NaN`. Such a call is refused
+    before anyone is asked, saying why (also through a generated API); the string "NaN" is not."""
+    requests, outcome = await collect(executor, NOT_JSON)
+    assert isinstance(outcome, CodeExecutionResult), outcome
+    refused = (
+        "the tool call's arguments hold NaN or Infinity (or a number too large for a float), which "
+        "JSON cannot carry: the MCP server would get null in its place, not the value an approval "
+        "shows. Pass a finite number, None or a string instead"
+    )
+    assert outcome.text is not None
+    assert outcome.text.splitlines() == [
+        *[f"ToolRunnerError {refused}"] * 3,
+        *[f"raw {refused}"] * 3,
+        "ApprovalRejectedError Tool call nasty.echo was rejected by the application.",
+        f"ToolRunnerError {refused}",  # a generated API's float field passes NaN on as it is
+    ]
+    assert [str(r) for r in requests] == ['nasty.echo(message="NaN")']
+
+
+NOT_JSON = r"""
+import json, os, socket
+import mcptools.nasty as pkg
+from mcptools.nasty import defaults
+from ipybox import ToolRunner
+from ipybox.tool_exec.client import ToolRunnerError
+
+def raw(args):  # a request line as no ToolRunner writes it
+    line = json.dumps({"op": "run", "server_name": "nasty", "server_params": pkg.SERVER_PARAMS,
+                       "tool_name": "echo"})
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(os.environ["IPYBOX_TOOL_SERVER"])
+        sock.sendall(f'{line[:-1]}, "tool_args": {args}}}\n'.encode())
+        print("raw", json.loads(sock.makefile().readline())["error"])
+
+runner = ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS)
+for args in ({"days": float("nan")}, {"days": float("-inf")}, {"d": [1, {"x": float("inf")}]}):
+    try:
+        runner.run_sync("nullables", args)
+    except ToolRunnerError as e:
+        print(type(e).__name__, e)
+raw('{"n": 1e400}')
+raw('{"n": [-' + "9" * 400 + '.5]}')
+raw('{"n": Infinity}')
+for call in (lambda: runner.run_sync("echo", {"message": "NaN"}),
+             lambda: defaults.run(defaults.Params(req="x", f=float("nan")))):
+    try:
+        call()
+    except ToolRunnerError as e:
+        print(type(e).__name__, e)
+"""
+
+
+async def test_tool_names_mcp_allows_are_shown_whole(executor: CodeExecutor, _state_dir: Path) -> None:
+    """A tool name is cut at 80 characters no more (MCP allows 128): two tools alike in their first
+    100 and different at the end ("..._safe", "..._wipe") read the same in the prompt and the
+    question. Names are shown whole up to 200 characters; longer ones are cut, saying so."""
+    from ipybox.mcp_server.approval import describe_call
+
+    safe, wipe, huge = "read_" + "x" * 95 + "_safe", "read_" + "x" * 95 + "_wipe", "t" * 10_000
+    code = (
+        "import mcptools.nasty as pkg\n"
+        "from ipybox import ToolRunner\n"
+        "from ipybox.tool_exec.client import ToolRunnerError\n"
+        f"for tool in {[safe, wipe, huge]!r}:\n"
+        "    try:\n"
+        "        ToolRunner(pkg.SERVER_NAME, pkg.SERVER_PARAMS).run_sync(tool, {'p': 1})\n"
+        "    except ToolRunnerError:\n"
+        "        pass\n"
+    )
+    requests, outcome = await collect(executor, code)
+    assert isinstance(outcome, CodeExecutionResult), outcome
+    prompts = [str(r) for r in requests]
+    assert prompts[:2] == [f"nasty.{safe}(p=1)", f"nasty.{wipe}(p=1)"]
+    assert prompts[2] == f'nasty."{"t" * 200}"…[name of 10,000 characters](p=1)'
+    questions = [describe_call("nasty", tool, {"p": 1}) for tool in (safe, wipe)]
+    assert f"nasty.{safe}(" in questions[0] and f"nasty.{wipe}(" in questions[1]

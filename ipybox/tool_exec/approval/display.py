@@ -23,8 +23,11 @@ from typing import Any
 
 #: Characters of one argument's value shown; the rest is summarised with its size.
 VALUE_LIMIT = 200
-#: Characters of a name (server, tool, argument) shown.
+#: Characters of an argument's name shown (where all of it is, is said).
 NAME_LIMIT = 80
+#: Characters of a server's or tool's name shown: whole within what MCP allows (128), since
+#: nothing else says which tool a call runs (cut at 80, "..._safe" and "..._wipe" read the same).
+TOOL_NAME_LIMIT = 200
 #: Arguments shown; more are counted, never silently left out.
 ARGS_LIMIT = 40
 #: Characters all arguments of a one-line prompt take before each gets an equal share of them, so
@@ -143,6 +146,30 @@ _ACTING = {
 }
 
 
+def as_shown(text: str) -> str:
+    """`text` with its carriage returns applied as a terminal applies them: what follows a `\r`
+    is written over the start of its line. A progress bar's hundred updates of one line leave
+    the last one, as the person who ran the cell saw it, instead of all of them; and no `\r`
+    is left for a renderer that reads it as a line end (Markdown) to act on."""
+    if "\r" not in text:
+        return text
+    return "\n".join(_overwritten(line) if "\r" in line else line for line in text.split("\n"))
+
+
+def _overwritten(line: str) -> str:
+    """What stays of `line`'s parts, each written over the start of those before it: each
+    character comes from the last part that reaches it, so the parts are taken from the last,
+    each adding what it holds past the longest after it (linear: written over one by one, a
+    long line and a million short overwrites took minutes)."""
+    kept: list[str] = []
+    reached = 0
+    for part in reversed(line.split("\r")):
+        if len(part) > reached:
+            kept.append(part[reached:])
+            reached = len(part)
+    return "".join(kept)
+
+
 class LogFormatter(logging.Formatter):
     """Log lines as `lines()` shows text: what they quote of a kernel's or a server's text (a
     path it made, its error) cannot act on the terminal or log window that shows them."""
@@ -163,15 +190,20 @@ def quote(text: str) -> str:
     return escape(json.dumps(text, ensure_ascii=False))
 
 
-def name(text: str) -> str:
+def name(text: str, limit: int = NAME_LIMIT) -> str:
     """A server, tool or argument name: as it is if plainly a name (ASCII), else quoted with every
     other character escaped, so a name that looks like another (`еcho` with a Cyrillic `е`, a
-    fullwidth dot) shows what it is made of; long ones cut."""
-    if len(text) <= NAME_LIMIT and _PLAIN_NAME.fullmatch(text):
+    fullwidth dot) shows what it is made of; past `limit` characters cut, saying how long it is."""
+    if len(text) <= limit and _PLAIN_NAME.fullmatch(text):
         return text
-    if len(text) <= NAME_LIMIT:
+    if len(text) <= limit:
         return _ascii_quote(text)
-    return f"{_ascii_quote(text[:NAME_LIMIT])}…[name of {len(text):,} characters]"
+    return f"{_ascii_quote(text[:limit])}…[name of {len(text):,} characters]"
+
+
+def tool_name(server: str, tool: str) -> str:
+    """`server.tool` as a call's prompt or question names it (`name()`, within `TOOL_NAME_LIMIT`)."""
+    return f"{name(server, TOOL_NAME_LIMIT)}.{name(tool, TOOL_NAME_LIMIT)}"
 
 
 def _ascii_quote(text: str) -> str:
@@ -270,7 +302,7 @@ def _fit(shown: str, limit: int) -> str:
 
 def call(server: str, tool: str, args: Mapping[str, Any], hint: Hint) -> str:
     """A tool call on one line: `server.tool(name=value, ...)`, its arguments within `PROMPT_LIMIT`."""
-    return f"{name(server)}.{name(tool)}({', '.join(arguments(args, hint, total=PROMPT_LIMIT))})"
+    return f"{tool_name(server, tool)}({', '.join(arguments(args, hint, total=PROMPT_LIMIT))})"
 
 
 def command(cmd: str, hint: Hint, limit: int = COMMAND_LIMIT) -> str:
