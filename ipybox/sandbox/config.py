@@ -225,7 +225,7 @@ def kernel_policy(
 def _hide_env_files(fs: dict[str, Any], folders: Sequence[Path | str], keep: Sequence[str]) -> None:
     """Hide every `.env` file below `folders` (`ipybox.sandbox.dotenv`); where `.env` links lead
     too, but for the `keep` paths the kernel needs (its runtime, Python, the system)."""
-    hidden = dotenv.denials_below([f for f in folders if os.path.isdir(f)], keep)
+    hidden = dotenv.denials([f for f in folders if os.path.isdir(f)], keep)
     fs["denyRead"].extend(hidden)
     # a writable bind (a pinned folder) at or below a hidden place would show it again
     places = [dotenv.unescaped(p) for p in hidden]

@@ -37,17 +37,12 @@ _UNMATCHABLE = frozenset("*?")
 _PSEUDO = ("/proc", "/sys", "/dev")
 
 
-def denials(folder: Path | str, keep: Sequence[str] = ()) -> list[str]:
-    """What `denyRead` needs to hide every `.env` and `.env.*` below `folder`: where each lies
-    (`[` spelled as a glob that matches it alone; one with `*` or `?` is left out, with a
-    warning: srt could only read it as a pattern), where a matching link leads
-    (but for `folder` and above, and the `keep` paths, the system and Python files a kernel
-    needs, and above them), a folder that cannot be listed; at most `MAX_DOTENV`."""
-    return denials_below([folder], keep)
-
-
-def denials_below(folders: Sequence[Path | str], keep: Sequence[str] = ()) -> list[str]:
-    """`denials` of each of `folders` (the `keep` paths resolved once for all)."""
+def denials(folders: Sequence[Path | str], keep: Sequence[str] = ()) -> list[str]:
+    """What `denyRead` needs to hide every `.env` and `.env.*` below each of `folders`: where
+    each lies (`[` spelled as a glob that matches it alone; one with `*` or `?` is left out,
+    with a warning: srt could only read it as a pattern), where a matching link leads (but for
+    its folder and above, and the `keep` paths, the system and Python files a kernel needs, and
+    above them), a folder that cannot be listed; at most `MAX_DOTENV` a folder."""
     kept = [os.path.realpath(k) for k in keep]  # once: a kernel can make thousands of .env links
     return [entry for folder in folders for entry in _denials(folder, kept)]
 

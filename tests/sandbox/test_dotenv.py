@@ -69,13 +69,13 @@ def _tree(root: Path, outside: Path) -> None:
 def test_the_walk_hides_what_srts_globs_hide(tmp_path: Path) -> None:
     root, outside = tmp_path / "project", tmp_path / "elsewhere"
     _tree(root, outside)
-    found = dotenv.denials(root)
+    found = dotenv.denials([root])
     assert not any("*" in p for p in found), found  # the walk decided, srt walks nothing
     assert _outermost(found) == _srt_hides(root)
     assert str(outside / "deep" / ".env") in found and str(root / "a" / ".env") in found
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert dotenv.denials(empty) == [] and _srt_hides(empty) == set()
+    assert dotenv.denials([empty]) == [] and _srt_hides(empty) == set()
 
 
 @pytest.mark.parametrize("case", ["matching link", "glob characters", "unlistable"])
@@ -87,12 +87,12 @@ def test_what_srts_rules_decide_is_named_too(tmp_path: Path, case: str) -> None:
     (tmp_path / "secret").write_text("S=1\n")
     if case == "matching link":
         (root / "sub" / ".env").symlink_to(tmp_path / "secret")
-        assert dotenv.denials(root) == [str(tmp_path / "secret")]
+        assert dotenv.denials([root]) == [str(tmp_path / "secret")]
     elif case == "glob characters":
         names = [".env.[a]", ".env.a]", ".env.[", ".env.[x]]", ".env.{b}!", ".env.*", ".env.?"]
         for name in [*names, ".env.a", ".env.x", ".env.ab"]:  # the last three match globs, not names
             (root / "sub" / name).write_text("S=1\n")
-        found = dotenv.denials(root)
+        found = dotenv.denials([root])
         assert _srt_hides(root, [p for p in found if set(p) & set("[]")]) == {
             str(root / "sub" / n) for n in names[:4]
         }
@@ -103,7 +103,7 @@ def test_what_srts_rules_decide_is_named_too(tmp_path: Path, case: str) -> None:
             pytest.skip("root lists any directory")
         (root / "sub").chmod(0)
         try:
-            assert dotenv.denials(root) == [str(root / "sub")]
+            assert dotenv.denials([root]) == [str(root / "sub")]
         finally:
             (root / "sub").chmod(0o755)
 
@@ -122,7 +122,7 @@ def test_past_a_bound_the_oldest_are_hidden_one_by_one(
         time.sleep(0.02)  # change times in the order made, on coarse clocks too
     (tmp_path / "1" / ".env.link").symlink_to(made[0])  # left to srt, but the bound comes first
     with caplog.at_level(logging.WARNING, logger="ipybox.sandbox.dotenv"):
-        assert dotenv.denials(tmp_path) == [str(p) for p in made[:3]]
+        assert dotenv.denials([tmp_path]) == [str(p) for p in made[:3]]
     assert "holds 6 .env files" in caplog.text
 
 
@@ -234,7 +234,7 @@ def test_past_the_bound_srt_is_handed_no_globs_to_expand(
                 (root / str(i) / ".env").symlink_to(root / str(i) / "t")
             else:
                 (root / str(i) / ".env.[x]").touch()
-        found = dotenv.denials(root)
+        found = dotenv.denials([root])
         assert not any("*" in p for p in found), (case, found)
         assert len(found) <= 20 and str(root / "user.env") in found, (case, found)
 
@@ -252,4 +252,4 @@ def test_links_into_what_the_kernel_needs_or_pseudo_filesystems_are_not_walked(t
     for name, target in {"lib": needed, "p": Path("/proc"), "s": Path("/sys"), "d": Path("/dev")}.items():
         (root / name).symlink_to(target)
     (root / ".env.pkg").symlink_to(needed / "pkg" / ".env")
-    assert dotenv.denials(root, [str(needed)]) == [str(root / ".env")]
+    assert dotenv.denials([root], [str(needed)]) == [str(root / ".env")]
