@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -46,7 +48,7 @@ class Placeholders:
         path = path.absolute()
         if path in self._held:
             return
-        lock = self._lock_dir / hashlib.sha256(str(path).encode()).hexdigest()[:32]
+        lock = self._lock_dir / hashlib.sha256(os.fsencode(path)).hexdigest()[:32]
         fd = _lock_shared(lock, self._lock_dir)
         self._held[path] = fd, lock
         if os.path.lexists(path):
@@ -66,7 +68,7 @@ class Placeholders:
             logger.warning("cannot create placeholder %s: %s", path, e)
             return
         exclude = _exclude(path) if kind != "dir" else None
-        os.pwrite(fd, "".join(f"{item}\n" for item in [kind, path, *(exclude or ())]).encode(), 0)
+        os.pwrite(fd, json.dumps([kind, str(path), *(exclude or ())]).encode(), 0)
 
     def release(self) -> None:
         """Give up this executor's hold; remove each placeholder no other executor holds."""
@@ -87,7 +89,7 @@ def sweep(lock_dir: Path) -> None:
     with contextlib.suppress(OSError):
         for lock in lock_dir.iterdir():
             with contextlib.suppress(OSError):
-                record = lock.read_text(errors="replace").splitlines()
+                record = _record(lock.read_bytes())
                 records.append((Path(record[1]) if len(record) >= 2 else None, lock))
     # deepest first: a stand-in inside another one goes before it
     for path, lock in sorted(records, key=lambda r: -len(r[0].parts) if r[0] else 0):
@@ -123,13 +125,28 @@ def _remove_if_last(path: Path | None, fd: int, lock: Path) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return
-    record = os.pread(fd, 4096, 0).decode(errors="replace").splitlines()
+    record = _record(os.pread(fd, _RECORD_BYTES, 0))
     if path is not None and record[:1] in (["dir"], *([k] for k in _CONTENT)) and record[1:2] == [str(path)]:
         _remove_unchanged(path, record[0])
         if len(record) == 4:  # also if the file stays (someone wrote it): git should see it then
             _unexclude(Path(record[2]), record[3])
     with contextlib.suppress(FileNotFoundError):
         os.unlink(lock)
+
+
+#: At most this many bytes of a lock file's record are read (a path's bytes, JSON-escaped).
+_RECORD_BYTES = 1 << 16
+
+
+def _record(data: bytes) -> list[str]:
+    """A lock file's record: the kind of stand-in, its path, and the `info/exclude` file and line
+    added for it, if any. JSON, since a path (a kernel may choose its names) can hold a newline
+    that would end a line of the record early, or bytes that are not UTF-8."""
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return []
+    return record if isinstance(record, list) and all(isinstance(r, str) for r in record) else []
 
 
 #: What a file stand-in holds, by kind: `.mcp.json` names no servers (an empty one is reported
@@ -180,10 +197,13 @@ def _exclude(path: Path) -> tuple[str, str] | None:
         if found is None or not (found[1] / "info").is_dir():
             return None
         exclude = found[1] / "info" / "exclude"
-        line = "/" + path.relative_to(found[0]).as_posix()
+        line = _literal_pattern("/" + path.relative_to(found[0]).as_posix())
+        if line is None:
+            logger.warning("cannot hide placeholder %r from git: a line break in its name", str(path))
+            return None
         # never through a link: the repository may have been written by an earlier kernel
         fd = os.open(exclude, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "a+", encoding="utf-8") as f:
+        with os.fdopen(fd, "a+", encoding="utf-8", errors="surrogateescape") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             f.seek(0)
             text = f.read()
@@ -196,13 +216,26 @@ def _exclude(path: Path) -> tuple[str, str] | None:
         return None
 
 
+def _literal_pattern(path: str) -> str | None:
+    """The line of `info/exclude` that matches `path` (from the top of the work tree) alone, or
+    None if no line can (a line break in it). A kernel chooses the names of the paths stand-ins
+    are made for (where the links in its protected folders lead): `*`, `[a-z]`, a leading `!`
+    or `#` and trailing spaces are patterns to git, so the names are escaped character by
+    character (a line `/*` hid every new file of the project from `git status`)."""
+    if "\n" in path or "\r" in path:
+        return None
+    escaped = re.sub(r"([\\*?\[\]!#])", r"\\\1", path)
+    stripped = escaped.rstrip(" ")
+    return stripped + "\\ " * (len(escaped) - len(stripped))
+
+
 def _unexclude(exclude: Path, line: str) -> None:
     """Take the `line` that `_exclude()` added out of `exclude` again."""
     try:
         fd = os.open(exclude, os.O_RDWR | os.O_NOFOLLOW)  # never through a link
     except OSError:
         return
-    with contextlib.suppress(OSError), os.fdopen(fd, "r+", encoding="utf-8") as f:
+    with contextlib.suppress(OSError), os.fdopen(fd, "r+", encoding="utf-8", errors="surrogateescape") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         lines = f.read().splitlines(keepends=True)
         ours = [i for i, text in enumerate(lines) if text.rstrip("\n") == line]

@@ -5,7 +5,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from ipybox import CodeExecutor
 from ipybox.sandbox.placeholders import Placeholders
+
+from .conftest import probe
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -53,3 +58,45 @@ def test_info_exclude_is_never_written_through_a_link(tmp_path: Path) -> None:
     held.release()
     assert target.read_text() == "echo hello\n"
     assert exclude.is_symlink()
+
+
+#: Kernel code: links in protected folders of its own making (protected from the next start on)
+#: whose missing targets get file stand-ins, named as git ignore patterns would read them: a glob
+#: at the top, a class, a negation, a comment, a trailing space, a backslash, and a newline that
+#: would add a line of the kernel's.
+TARGETS = ["*", "q[a-z]", "!keep", "#c", "sp ", "b\\*", "zz\n*.txt"]
+PLANT = f"""
+for i, name in enumerate({TARGETS!r}):
+    os.makedirs(f"n{{i}}/.claude")
+    os.symlink("../../" + name, f"n{{i}}/.claude/settings.json")
+print(_json.dumps("ok"))
+"""
+
+
+def _untracked(project: Path) -> str:
+    return _git(project, "status", "--porcelain", "--untracked-files=all")
+
+
+@pytest.mark.usefixtures("srt_available")
+async def test_names_a_kernel_chooses_never_become_git_ignore_patterns(tmp_path: Path) -> None:
+    """A stand-in's line in `info/exclude` names that one path, whatever its name: a kernel that
+    names missing link targets `*` or `zz<newline>*.txt` hid every new file of the project from
+    `git status` while it ran, and `*.txt` for good (the line was never taken out again)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    _git(project, "init", "-q")
+    exclude = project / ".git" / "info" / "exclude"
+    before = exclude.read_text()
+    async with CodeExecutor(sandbox=True, working_dir=project, spare_kernel=False) as executor:
+        assert await probe(executor, PLANT) == "ok"
+        await (
+            executor.reset()
+        )  # the next start protects the kernel's .claude folders, stand-ins for their targets
+        assert (project / "*").is_file() and (project / "zz\n*.txt").is_file()
+        (project / "mine.txt").write_text("the user's\n")
+        (project / "keep").write_text("the user's\n")
+        assert "?? mine.txt\n" in _untracked(project) and "?? keep\n" in _untracked(project)
+        others = _git(project, "ls-files", "-z", "--others", "--exclude-standard").split("\0")
+        assert [n for n in TARGETS if n in others] == ["zz\n*.txt"]  # the rest are stand-ins git passes over
+    assert exclude.read_text() == before
+    assert "?? mine.txt\n" in _untracked(project)
