@@ -69,6 +69,9 @@ PLANT = f"""
 for i, name in enumerate({TARGETS!r}):
     os.makedirs(f"n{{i}}/.claude")
     os.symlink("../../" + name, f"n{{i}}/.claude/settings.json")
+# folders whose stand-ins (.git, HEAD) have names not in UTF-8, or a line break
+os.makedirs(b"latin-\\xe9")
+os.makedirs("two\\nlines")
 print(_json.dumps("ok"))
 """
 
@@ -81,7 +84,8 @@ def _untracked(project: Path) -> str:
 async def test_names_a_kernel_chooses_never_become_git_ignore_patterns(tmp_path: Path) -> None:
     """A stand-in's line in `info/exclude` names that one path, whatever its name: a kernel that
     names missing link targets `*` or `zz<newline>*.txt` hid every new file of the project from
-    `git status` while it ran, and `*.txt` for good (the line was never taken out again)."""
+    `git status` while it ran, and `*.txt` for good (the line was never taken out again). A
+    folder named in bytes that are not UTF-8 failed every later start."""
     project = tmp_path / "project"
     project.mkdir()
     _git(project, "init", "-q")
@@ -89,10 +93,12 @@ async def test_names_a_kernel_chooses_never_become_git_ignore_patterns(tmp_path:
     before = exclude.read_text()
     async with CodeExecutor(sandbox=True, working_dir=project, spare_kernel=False) as executor:
         assert await probe(executor, PLANT) == "ok"
-        await (
-            executor.reset()
-        )  # the next start protects the kernel's .claude folders, stand-ins for their targets
+        # the next start protects the kernel's .claude folders, with stand-ins for their targets
+        await executor.reset()
         assert (project / "*").is_file() and (project / "zz\n*.txt").is_file()
+        names = "('two\\nlines', b'latin-\\xe9')"
+        listed = f"print(_json.dumps([sorted(map(os.fsdecode, os.listdir(n))) for n in {names}]))"
+        assert await probe(executor, listed) == [[".git", "HEAD"]] * 2
         (project / "mine.txt").write_text("the user's\n")
         (project / "keep").write_text("the user's\n")
         assert "?? mine.txt\n" in _untracked(project) and "?? keep\n" in _untracked(project)
