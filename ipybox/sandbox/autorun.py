@@ -128,6 +128,13 @@ CREATION_BLOCKED = {
     ".pre-commit-config.yaml": "precommit",  # an installed hook runs no hook of an empty list
 }
 
+#: Settings that the sweep sets aside where a kernel adds one to a folder that existed when it
+#: started, below the top (where `CREATION_BLOCKED` keeps them from being made): a folder's own
+#: settings, which a program started in that folder runs (`claude` in a package of a monorepo,
+#: an editor opening a subfolder, a nested repository's commit hooks). A stand-in for each in
+#: every folder would cost a mount each (see `MAX_GUARDED`), so they are found from the host.
+FOLDER_SETTINGS = frozenset(CREATION_BLOCKED) - {".git", "HEAD"}
+
 #: Names whose creation is blocked in every existing directory below the top (same stand-ins):
 #: together they keep any such directory from becoming a git work tree (`.git`) or a git
 #: directory (`HEAD`; git takes a directory holding `HEAD`, `objects/` and `refs/` for one).
@@ -196,6 +203,7 @@ class Scan:
     """What one walk of a writable directory found."""
 
     protected: list[Path] = field(default_factory=list)  # read-only whole
+    folders: list[Path] = field(default_factory=list)  # every directory walked (they existed)
     directories: list[Path] = field(default_factory=list)  # guarded: pinned, `.git`/`HEAD` blocked
     missing: dict[Path, str] = field(default_factory=dict)  # named by git's config: stand-ins ("file", "dir")
     truncated: bool = False
@@ -229,6 +237,7 @@ def scan(
         if walked >= limit:
             break
         walked += 1
+        found.folders.append(folder)
         if folder != root and folder.name.startswith("."):
             pass  # hidden folders are not guarded (see docs/sandbox.md); the root always is
         elif len(found.directories) < guarded:

@@ -15,7 +15,7 @@ from servers.launch import NODE_BIN
 from ipybox import CodeExecutor
 from ipybox.sandbox.autorun import AGENT_SETTINGS, CREATION_BLOCKED, HOOK_MANAGERS
 
-from .conftest import ENV_SECRET, probe, sandbox_config, write_config
+from .conftest import ENV_SECRET, probe, sandbox_config, until, write_config
 
 pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(120)]
 
@@ -570,3 +570,51 @@ async def test_links_in_folders_with_glob_characters_open_nothing(workspace: Pat
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
         outcomes = await probe(executor, code)
     assert all(not o.startswith("ok") for o in outcomes.values()), outcomes
+
+
+#: Existing folders below the top (shallow and guarded, deep, hidden, a nested repository's top),
+#: the auto-run name a kernel adds to each, and what it writes there (a file of a folder, or the
+#: file itself).
+NEW_SETTINGS = [
+    ("sub", ".claude", "settings.json", '{"hooks": {"SessionStart": [{"hooks": [{"command": "x"}]}]}}'),
+    ("sub/deep", ".vscode", "tasks.json", '{"tasks": [{"runOptions": {"runOn": "folderOpen"}}]}'),
+    (".hidden/pkg", ".mcp.json", "", '{"mcpServers": {"x": {"command": "x"}}}'),
+    ("a/b/c/d/e", ".cursor", "hooks.json", "{}"),
+    ("vendor/lib", ".pre-commit-config.yaml", "", "repos: []"),
+    ("sub", "opencode.json", "", "{}"),
+]
+
+
+async def test_settings_a_kernel_adds_to_existing_folders_are_disabled(workspace: Path) -> None:
+    """Host programs started in a folder that existed before the kernel (`claude` in a package
+    of a monorepo, an editor opening a subfolder) run what its settings say: a `.claude`,
+    `.vscode`, `.mcp.json`, other agents' settings or hook managers' files the kernel adds to
+    such a folder, at any depth, is set aside (`NAME.ipybox-disabled`) by the sweep while the
+    kernel runs and after it; settings in a folder of the kernel's own making stay."""
+    for folder, *_ in NEW_SETTINGS:
+        (workspace / folder).mkdir(parents=True, exist_ok=True)
+    _git_init(workspace / "vendor" / "lib")
+    writes = {str(Path(f, n, rest)): text for f, n, rest, text in NEW_SETTINGS}
+    writes["mine/.vscode/settings.json"] = "{}"
+    code = f"""
+def put(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pathlib.Path(path).write_text(text)
+print(_json.dumps([attempt(lambda p=p, t=t: put(p, t)) for p, t in {writes!r}.items()]))
+"""
+
+    def set_aside() -> bool:
+        return all(
+            not os.path.lexists(workspace / f / n) and (workspace / f / f"{n}.ipybox-disabled").exists()
+            for f, n, *_ in NEW_SETTINGS
+        )
+
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        assert await probe(executor, code) == ["ok: None"] * len(writes)  # nothing stops the writes
+        await until(set_aside)
+    assert set_aside()
+    assert (workspace / "mine/.vscode/settings.json").read_text() == "{}"
+
+
+def _git_init(folder: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
