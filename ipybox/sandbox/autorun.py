@@ -35,12 +35,13 @@ logger = logging.getLogger(__name__)
 #: `lint-cmd` runs after each edit), Windsurf (`.windsurf/hooks.json`), Cline
 #: (`.clinerules/hooks/`), Qwen Code (`.qwen/settings.json`), Kilo Code (`.kilocode/mcp.json`),
 #: Factory's droid (`.factory/`: MCP servers, hooks), Crush (`crush.json`, `.crush.json`: MCP
-#: and language servers). Each maps to the kind of stand-in that keeps a missing one absent for
-#: its program (see `CREATION_BLOCKED`): an empty directory, or a file that sets nothing.
+#: and language servers), Augment's Auggie (`.augment/settings.json`: hooks). Each maps to the
+#: kind of stand-in that keeps a missing one absent for its program (see `CREATION_BLOCKED`): an
+#: empty directory, or a file that sets nothing.
 AGENT_SETTINGS = {
     **dict.fromkeys((".gemini", ".codex", ".cursor", ".zed", ".opencode", ".continue"), "dir"),
     **dict.fromkeys((".roo", ".kiro", ".amazonq", ".helix"), "dir"),
-    **dict.fromkeys((".windsurf", ".clinerules", ".qwen", ".kilocode", ".factory"), "dir"),
+    **dict.fromkeys((".windsurf", ".clinerules", ".qwen", ".kilocode", ".factory", ".augment"), "dir"),
     **dict.fromkeys(("opencode.json", "opencode.jsonc", "crush.json", ".crush.json"), "json"),
     ".aider.conf.yml": "json",  # `{}`: an empty mapping in YAML too
 }
@@ -88,6 +89,24 @@ def _trusted_by_path(folder: Path, name: str) -> bool:
     return name != "mise" or folder.name == ".config" or os.path.lexists(folder / name / "config.toml")
 
 
+#: Settings in a folder of a name that holds much else: GitHub Copilot CLI runs the hooks of
+#: `.github/hooks/*.json` in the folder it starts in, on its own. Protected as the
+#: `AUTORUN_NAMES` are; the rest of `.github` (workflows, templates) is the project's own.
+NESTED_SETTINGS = (".github/hooks",)
+
+
+def _nested_setting(folder: Path, name: str) -> bool:
+    """Whether `folder/name` is one of `NESTED_SETTINGS` (cheap: looked up for every entry)."""
+    return f"{folder.name}/{name}" in NESTED_SETTINGS
+
+
+def nested_standins(root: Path) -> dict[Path, str]:
+    """Stand-ins (path: kind) for the `NESTED_SETTINGS` at the top of `root` whose folder is there
+    (an empty folder: no hooks); where it is not, the sweep sets aside one a kernel makes (a
+    stand-in would make the folder, which would then be read-only to the agent)."""
+    return {root / path: "dir" for path in NESTED_SETTINGS if os.path.isdir(root / path.split("/")[0])}
+
+
 #: Other version control systems' repositories, whose configuration their tool runs from on
 #: every command (a prompt's status included): Mercurial's `.hg/hgrc` (`[hooks]` such as
 #: `pre-status`, `[extensions]` loaded from a path), Jujutsu's `.jj/repo/config.toml` (pager,
@@ -133,7 +152,7 @@ CREATION_BLOCKED = {
 #: settings, which a program started in that folder runs (`claude` in a package of a monorepo,
 #: an editor opening a subfolder, a nested repository's commit hooks). A stand-in for each in
 #: every folder would cost a mount each (see `MAX_GUARDED`), so they are found from the host.
-FOLDER_SETTINGS = frozenset(CREATION_BLOCKED) - {".git", "HEAD"}
+FOLDER_SETTINGS = frozenset(CREATION_BLOCKED) - {".git", "HEAD"} | frozenset(NESTED_SETTINGS)
 
 #: Names whose creation is blocked in every existing directory below the top (same stand-ins):
 #: together they keep any such directory from becoming a git work tree (`.git`) or a git
@@ -246,7 +265,11 @@ def scan(
             found.truncated = True
         for entry in reads.entries_of(folder):
             path = Path(entry.path)
-            if entry.name in AUTORUN_NAMES or _trusted_by_path(folder, entry.name):
+            if (
+                entry.name in AUTORUN_NAMES
+                or _trusted_by_path(folder, entry.name)
+                or _nested_setting(folder, entry.name)
+            ):
                 git = entry.name == ".git"
                 if found.protect(path, *(_git_dirs(path) if git else ())) and git and folder != root:
                     trees.append(folder)

@@ -527,7 +527,7 @@ def _protect_writable(
         if home != root and home.is_relative_to(root):
             continue  # "/" or /home: not a project, no placeholders in it
         standins |= {root / name: kind for name, kind in autorun.CREATION_BLOCKED.items()}
-        standins |= autorun.hook_standins(root)
+        standins |= autorun.hook_standins(root) | autorun.nested_standins(root)
         for folder in scan.directories[1:]:
             if reads.within(folder, [*user_denied, *kept]) or _read_denied(folder, fs.get("denyRead", [])):
                 continue  # read-only anyway; or hidden, which a pin (a writable bind) would undo

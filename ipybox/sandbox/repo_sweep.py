@@ -237,8 +237,7 @@ class RepoSweep:
                     continue
                 names = {e.name: e for e in entries}
                 if folder in self._existing:
-                    found = FOLDER_SETTINGS.intersection(names)
-                    self._settings += [p for p in (names[n].path for n in found) if p not in self._read_only]
+                    self._settings += _added_settings(folder, names, self._read_only)
                 head = names.get("HEAD")
                 git_dir = head is not None and not head.is_dir(follow_symlinks=False)
                 if git_dir:
@@ -357,6 +356,19 @@ def _disarm(git_dir: str) -> bool:
             _DISABLED,
         )
     return any(done)
+
+
+def _added_settings(folder: str, names: dict[str, os.DirEntry[str]], read_only: set[str]) -> list[str]:
+    """The `FOLDER_SETTINGS` in the existing `folder` (whose entries are `names`) that the
+    sandbox did not keep read-only."""
+    found = []
+    for setting in FOLDER_SETTINGS:
+        first, _, rest = setting.partition("/")
+        if first in names and (not rest or names[first].is_dir(follow_symlinks=False)):
+            path = os.path.join(folder, setting)
+            if path not in read_only and (not rest or os.path.lexists(path)):
+                found.append(path)
+    return found
 
 
 def _set_aside_path(path: str) -> None:

@@ -159,7 +159,12 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
     afterwards."""
     # named here too, so that the test fails if one is dropped from AGENT_SETTINGS
     hooks_of_more_agents = {".windsurf": "dir", ".clinerules": "dir", ".qwen": "dir", ".kilocode": "dir"}
-    hooks_of_more_agents |= {".factory": "dir", "crush.json": "json", ".crush.json": "json"}
+    hooks_of_more_agents |= {
+        ".factory": "dir",
+        "crush.json": "json",
+        ".crush.json": "json",
+        ".augment": "dir",
+    }
     kinds = AGENT_SETTINGS | hooks_of_more_agents
     kinds |= {name: "dir" if name == ".husky" else "file" for name in HOOK_MANAGERS}
     nested = {
@@ -618,3 +623,42 @@ print(_json.dumps([attempt(lambda p=p, t=t: put(p, t)) for p, t in {writes!r}.it
 
 def _git_init(folder: Path) -> None:
     subprocess.run(["git", "init", "-q", str(folder)], check=True)
+
+
+async def test_copilot_hooks_can_be_neither_changed_nor_added(workspace: Path) -> None:
+    """GitHub Copilot CLI runs the hooks of `.github/hooks/*.json` in the folder it starts in,
+    on its own: an existing `.github/hooks`, at any depth, cannot be
+    changed; at the top, where `.github` exists, it cannot be created (an empty folder stands
+    in), while the rest of `.github` stays the agent's to write (a CI workflow); one the kernel
+    adds to another folder that existed is set aside by the sweep."""
+    for name in (".github/workflows/ci.yml", "pkg/.github/hooks/h.json"):
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text("{}\n")
+    (workspace / "lib").mkdir()
+    before = _tree(workspace)
+    targets = [".github/hooks/h.json", "pkg/.github/hooks/h.json"]
+    code = (
+        TAMPER
+        + f"""
+out = {{t: tamper(t) for t in {targets!r}}}
+out['workflow'] = attempt(lambda: pathlib.Path('.github/workflows/new.yml').write_text('on: push'))
+def add():
+    os.makedirs('lib/.github/hooks')
+    return pathlib.Path('lib/.github/hooks/h.json').write_text('{{}}')
+out['added'] = attempt(add)
+print(_json.dumps(out))
+"""
+    )
+    aside = workspace / "lib/.github/hooks.ipybox-disabled"
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(executor, code)
+        await until(lambda: aside.is_dir())
+    assert result.pop("workflow") == "ok: 8" and result.pop("added") == "ok: 2"
+    for target, outcomes in result.items():
+        assert not [o for o in outcomes if o.startswith("ok")], (target, outcomes)
+    assert not (workspace / "lib/.github/hooks").exists()
+    after = _tree(workspace)
+    assert not (workspace / ".github/hooks").exists()
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    changed = {k for k in changed if not k.startswith(("alias-", "staging", "loose", "lib"))}
+    assert changed == {".github/workflows/new.yml"}, changed
