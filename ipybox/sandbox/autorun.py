@@ -35,13 +35,16 @@ logger = logging.getLogger(__name__)
 #: `lint-cmd` runs after each edit), Windsurf (`.windsurf/hooks.json`), Cline
 #: (`.clinerules/hooks/`), Qwen Code (`.qwen/settings.json`), Kilo Code (`.kilocode/mcp.json`),
 #: Factory's droid (`.factory/`: MCP servers, hooks), Crush (`crush.json`, `.crush.json`: MCP
-#: and language servers), Augment's Auggie (`.augment/settings.json`: hooks). Each maps to the
+#: and language servers), Augment's Auggie (`.augment/settings.json`: hooks), Amp (`.amp/settings.json`,
+#: found upward to the repository's top: MCP servers, which tools run without asking). Each maps to the
 #: kind of stand-in that keeps a missing one absent for its program (see `CREATION_BLOCKED`): an
 #: empty directory, or a file that sets nothing.
 AGENT_SETTINGS = {
     **dict.fromkeys((".gemini", ".codex", ".cursor", ".zed", ".opencode", ".continue"), "dir"),
     **dict.fromkeys((".roo", ".kiro", ".amazonq", ".helix"), "dir"),
-    **dict.fromkeys((".windsurf", ".clinerules", ".qwen", ".kilocode", ".factory", ".augment"), "dir"),
+    **dict.fromkeys(
+        (".windsurf", ".clinerules", ".qwen", ".kilocode", ".factory", ".augment", ".amp"), "dir"
+    ),
     **dict.fromkeys(("opencode.json", "opencode.jsonc", "crush.json", ".crush.json"), "json"),
     ".aider.conf.yml": "json",  # `{}`: an empty mapping in YAML too
 }

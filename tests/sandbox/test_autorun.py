@@ -159,12 +159,8 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
     afterwards."""
     # named here too, so that the test fails if one is dropped from AGENT_SETTINGS
     hooks_of_more_agents = {".windsurf": "dir", ".clinerules": "dir", ".qwen": "dir", ".kilocode": "dir"}
-    hooks_of_more_agents |= {
-        ".factory": "dir",
-        "crush.json": "json",
-        ".crush.json": "json",
-        ".augment": "dir",
-    }
+    hooks_of_more_agents |= {".factory": "dir", "crush.json": "json", ".crush.json": "json"}
+    hooks_of_more_agents |= {".augment": "dir", ".amp": "dir"}
     kinds = AGENT_SETTINGS | hooks_of_more_agents
     kinds |= {name: "dir" if name == ".husky" else "file" for name in HOOK_MANAGERS}
     nested = {
