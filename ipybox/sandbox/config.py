@@ -569,7 +569,7 @@ def _make_standins(
             and reads.within(missing, roots)
             and os.path.realpath(missing.parent) == str(missing.parent)
         ):
-            placeholders.ensure(missing, kind if missing == path else "dir")
+            placeholders.ensure(missing, kind if missing == path else "dir", roots)
             made.append(missing)
     return made
 

@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from ipybox import _safe_fs
@@ -39,12 +40,13 @@ class Placeholders:
         self._lock_dir = lock_dir
         self._held: dict[Path, tuple[int, Path]] = {}  # path -> its locked lock file and its name
 
-    def ensure(self, path: Path, kind: str) -> None:
+    def ensure(self, path: Path, kind: str, roots: Sequence[Path] = ()) -> None:
         """Make sure `path` exists while this executor runs: create it if missing (an empty
         "dir" or "file", a "json" file holding `{}`, or an "mcp" file naming no MCP servers)
-        and keep it from being removed by other executors meanwhile. A file stand-in in a git
-        work tree is added to the repository's `info/exclude` meanwhile, so `git status` does
-        not list it."""
+        and keep it from being removed by other executors meanwhile. A file stand-in in the
+        git work tree of one of `roots` (default: its folder) is added to that repository's
+        `info/exclude` meanwhile, so `git status` does not list it; a stand-in in another work
+        tree is not (see `_exclude`)."""
         path = path.absolute()
         if path in self._held:
             return
@@ -67,7 +69,7 @@ class Placeholders:
         except OSError as e:
             logger.warning("cannot create placeholder %s: %s", path, e)
             return
-        exclude = _exclude(path) if kind != "dir" else None
+        exclude = _exclude(path, roots or [path.parent]) if kind != "dir" else None
         os.pwrite(fd, json.dumps([kind, str(path), *(exclude or ())]).encode(), 0)
 
     def release(self) -> None:
@@ -189,12 +191,19 @@ def _work_tree(folder: Path) -> tuple[Path, Path] | None:
     return None
 
 
-def _exclude(path: Path) -> tuple[str, str] | None:
+def _exclude(path: Path, roots: Sequence[Path]) -> tuple[str, str] | None:
     """Add `path` to its repository's `info/exclude`: the file and the line added, or None if
-    none was (not in a work tree, no `info/`, or the line is there already)."""
+    none was (not in a work tree, no `info/`, or the line is there already). Only where that
+    work tree is the one of a writable root (the workspace's repository, which the kernel can
+    neither change nor replace): a stand-in's folder is the kernel's choice (where a link of
+    its own leads), and so is a `.git` file there, whose repository (another of the host's, or
+    one whose `info` is a link) ipybox would otherwise have written, with a line naming a path
+    of that repository."""
     try:
         found = _work_tree(path.parent)
-        if found is None or not (found[1] / "info").is_dir():
+        if found is None or found not in {_work_tree(root) for root in roots}:
+            return None
+        if not (found[1] / "info").is_dir():
             return None
         exclude = found[1] / "info" / "exclude"
         line = _literal_pattern("/" + path.relative_to(found[0]).as_posix())

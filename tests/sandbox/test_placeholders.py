@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -72,6 +73,24 @@ for i, name in enumerate({TARGETS!r}):
 # folders whose stand-ins (.git, HEAD) have names not in UTF-8, or a line break
 os.makedirs(b"latin-\\xe9")
 os.makedirs("two\\nlines")
+# folders whose stand-ins' repository is one the kernel names: elsewhere on the host (absolute,
+# relative, through a commondir), or in the workspace with an `info` that leads elsewhere
+def pointing(folder, gitdir, commondir=None):
+    os.makedirs(folder + "/.claude")
+    os.symlink("../hidden", folder + "/.claude/settings.json")
+    if commondir is None:
+        pathlib.Path(folder, ".git").write_text("gitdir: " + gitdir)
+    else:
+        os.makedirs(folder + "/.git")
+        pathlib.Path(folder, ".git/HEAD").write_text("ref: refs/heads/main")
+        pathlib.Path(folder, ".git/commondir").write_text(commondir)
+pointing("p1", OTHER + "/.git")
+pointing("p2", "../../other/.git")
+pointing("p3", None, OTHER + "/.git")
+pointing("p4", "../store")
+os.makedirs("store")
+pathlib.Path("store/HEAD").write_text("ref: refs/heads/main")
+os.symlink(ODD + "/info", "store/info")
 print(_json.dumps("ok"))
 """
 
@@ -85,14 +104,19 @@ async def test_names_a_kernel_chooses_never_become_git_ignore_patterns(tmp_path:
     """A stand-in's line in `info/exclude` names that one path, whatever its name: a kernel that
     names missing link targets `*` or `zz<newline>*.txt` hid every new file of the project from
     `git status` while it ran, and `*.txt` for good (the line was never taken out again). A
-    folder named in bytes that are not UTF-8 failed every later start."""
-    project = tmp_path / "project"
-    project.mkdir()
-    _git(project, "init", "-q")
-    exclude = project / ".git" / "info" / "exclude"
-    before = exclude.read_text()
+    folder named in bytes that are not UTF-8 failed every later start. The line is written only
+    to the workspace's repository or one in the workspace, never through a link: a `.git` file
+    of the kernel's had ipybox add lines to another repository of the host, or make an
+    `exclude` file in any folder named `info`."""
+    project, other, odd = tmp_path / "project", tmp_path / "other", tmp_path / "odd"
+    for repo in (project, other):
+        repo.mkdir()
+        _git(repo, "init", "-q")
+    (odd / "info").mkdir(parents=True)
+    exclude, outside = project / ".git" / "info" / "exclude", other / ".git" / "info" / "exclude"
+    before, outside_before = exclude.read_text(), outside.read_text()
     async with CodeExecutor(sandbox=True, working_dir=project, spare_kernel=False) as executor:
-        assert await probe(executor, PLANT) == "ok"
+        assert await probe(executor, f"OTHER, ODD = {str(other)!r}, {str(odd)!r}\n" + PLANT) == "ok"
         # the next start protects the kernel's .claude folders, with stand-ins for their targets
         await executor.reset()
         assert (project / "*").is_file() and (project / "zz\n*.txt").is_file()
@@ -104,5 +128,8 @@ async def test_names_a_kernel_chooses_never_become_git_ignore_patterns(tmp_path:
         assert "?? mine.txt\n" in _untracked(project) and "?? keep\n" in _untracked(project)
         others = _git(project, "ls-files", "-z", "--others", "--exclude-standard").split("\0")
         assert [n for n in TARGETS if n in others] == ["zz\n*.txt"]  # the rest are stand-ins git passes over
+        assert all((project / f"p{i}" / "hidden").is_file() for i in range(1, 5))
+        assert outside.read_text() == outside_before and not os.listdir(odd / "info")
     assert exclude.read_text() == before
+    assert outside.read_text() == outside_before and not os.listdir(odd / "info")
     assert "?? mine.txt\n" in _untracked(project)
