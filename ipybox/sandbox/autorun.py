@@ -230,6 +230,7 @@ class Scan:
     missing: dict[Path, str] = field(default_factory=dict)  # named by git's config: stand-ins ("file", "dir")
     truncated: bool = False
     dropped: int = 0  # auto-run paths found past `MAX_PROTECTED`, not protected
+    too_deep: int = 0  # folders past `reads.MAX_DEPTH`, not walked
 
     def protect(self, path: Path, *more: Path) -> bool:
         """Keep `path` (with `more` that belong to it) read-only, unless `MAX_PROTECTED` are."""
@@ -282,13 +283,18 @@ def scan(
                 continue
             elif is_git_dir(path) or is_environment(path):
                 found.protect(path)  # a bare repository or a Python environment
+            elif reads.too_deep(path, [root]):
+                found.too_deep += 1  # each costs bubblewrap more than the last: see reads.MAX_DEPTH
             else:
                 pending.append(path)
     _log_limits(root, found, limit if walked >= limit else 0, guarded)
     named, missing = _named_by_git(trees, root)
     found.protected += named + named_by_settings(found.protected, root)
-    # a missing path inside a protected directory cannot be created anyway
-    found.protected = [p for p in dict.fromkeys(found.protected) if os.path.lexists(p)]
+    # a missing path inside a protected directory cannot be created anyway; none mounted deep
+    # down (settings and git's configuration may name such paths; see reads.MAX_DEPTH)
+    found.protected = [
+        p for p in dict.fromkeys(found.protected) if os.path.lexists(p) and not reads.too_deep(p, [root])
+    ]
     found.missing = {
         p: kind for p, kind in missing.items() if not any(p.is_relative_to(q) for q in found.protected)
     }
@@ -313,6 +319,8 @@ def link_targets(protected: Iterable[Path], roots: Iterable[Path]) -> tuple[list
             for hop in _hops(link):
                 if not reads.within(hop, writable) or len(found) + len(missing) >= MAX_NAMED:
                     break
+                if reads.too_deep(hop, writable):
+                    continue  # not mounted: see reads.MAX_DEPTH
                 if os.path.lexists(hop):
                     found.append(hop)
                 else:
@@ -467,6 +475,14 @@ def _log_limits(root: Path, found: Scan, cut: int, guarded: int) -> None:
     past the `guarded` ones, auto-run paths past `MAX_PROTECTED`."""
     if cut:
         logger.warning("%s: searched the first %d directories for auto-run paths only", root, cut)
+    if found.too_deep:
+        logger.warning(
+            "%s: %d folders more than %d folders down are not searched for auto-run paths (code in a "
+            "kernel may have made them; remove those you do not use)",
+            root,
+            found.too_deep,
+            reads.MAX_DEPTH,
+        )
     if found.dropped:
         logger.warning(
             "%s: %d more auto-run paths (.git, .vscode, .claude, ...) past the shallowest %d are not kept "

@@ -540,6 +540,7 @@ def _protect_writable(
     standins |= {path: kind for path, kind in missing.items() if path not in standins}
     standins |= dict.fromkeys(user_denied, "dir")
     standins |= {path: "file" for path in keep}
+    standins = {p: kind for p, kind in standins.items() if not reads.too_deep(p, roots)}  # see MAX_DEPTH
     found += _make_standins(standins, roots, placeholders)
     fs["allowWrite"] = [*fs.get("allowWrite", []), *(str(p) for p in pins)]
     return [*found, *standins], roots, existing

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -307,6 +308,41 @@ async def test_secrets_files_in_numbers_cannot_stop_later_starts(workspace: Path
         result = await probe(executor, read)
     assert ENV_SECRET not in json.dumps(result)
     assert all(r.startswith("PermissionError") for r in result), result
+
+
+async def test_paths_too_deep_cannot_stop_later_starts(workspace: Path) -> None:
+    """bubblewrap's time to make a mount grows faster than its path's depth (measured: a mount
+    point 300 folders down +15 s, 400 down +30 s): a kernel that made a chain of 800 folders
+    with a `.git`, a `.vscode`, an `.env` and a link in a `.claude` leading to a missing file
+    every 200 failed every later start in its workspace (the start timed out). Nothing deeper
+    than a bound is mounted: a deep `.env` stays unreadable (the folder at the bound is hidden
+    whole), the user's shallow settings stay protected, the kernel's deep ones are its own."""
+    (workspace / ".vscode").mkdir()
+    (workspace / ".vscode" / "tasks.json").write_text("{}\n")
+    plant = """
+for i in range(800):
+    os.mkdir('d')
+    os.chdir('d')
+    if i % 200 == 199:
+        for name in ('.git', '.vscode', '.claude'):
+            os.mkdir(name)
+        os.symlink('../missing', '.claude/settings.json')
+        open('.env', 'w').close()
+os.chdir(start)
+"""
+    read = "print(_json.dumps(attempt(lambda: open('/'.join(['d'] * 600 + ['.env'])).read())))"
+    try:
+        async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+            await executor.execute("import os\nstart = os.getcwd()\n" + plant)
+            await executor.reset()  # the next kernel's sandbox, with all of them there
+            result = await probe(executor, read)
+            tasks = await probe(
+                executor, "print(_json.dumps(attempt(lambda: open('.vscode/tasks.json', 'a').write('x'))))"
+            )
+    finally:
+        shutil.rmtree(workspace / "d", ignore_errors=True)  # pytest's own clean-up recurses once a folder
+    assert result.startswith(("PermissionError", "FileNotFoundError")), result
+    assert tasks.startswith("OSError: [Errno 30]"), tasks
 
 
 async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
