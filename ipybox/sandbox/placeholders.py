@@ -69,8 +69,10 @@ class Placeholders:
         except OSError as e:
             logger.warning("cannot create placeholder %s: %s", path, e)
             return
+        made_as = os.lstat(path)  # what is removed later is this, never what takes its name
         exclude = _exclude(path, roots or [path.parent]) if kind != "dir" else None
-        os.pwrite(fd, json.dumps([kind, str(path), *(exclude or ())]).encode(), 0)
+        identity = f"{made_as.st_dev}:{made_as.st_ino}"
+        os.pwrite(fd, json.dumps([kind, str(path), identity, *(exclude or ())]).encode(), 0)
 
     def release(self) -> None:
         """Give up this executor's hold; remove each placeholder no other executor holds."""
@@ -129,9 +131,9 @@ def _remove_if_last(path: Path | None, fd: int, lock: Path) -> None:
         return
     record = _record(os.pread(fd, _RECORD_BYTES, 0))
     if path is not None and record[:1] in (["dir"], *([k] for k in _CONTENT)) and record[1:2] == [str(path)]:
-        _remove_unchanged(path, record[0])
-        if len(record) == 4:  # also if the file stays (someone wrote it): git should see it then
-            _unexclude(Path(record[2]), record[3])
+        _remove_unchanged(path, record[0], record[2] if len(record) > 2 else "")
+        if len(record) == 5:  # also if the file stays (someone wrote it): git should see it then
+            _unexclude(Path(record[3]), record[4])
     with contextlib.suppress(FileNotFoundError):
         os.unlink(lock)
 
@@ -141,9 +143,10 @@ _RECORD_BYTES = 1 << 16
 
 
 def _record(data: bytes) -> list[str]:
-    """A lock file's record: the kind of stand-in, its path, and the `info/exclude` file and line
-    added for it, if any. JSON, since a path (a kernel may choose its names) can hold a newline
-    that would end a line of the record early, or bytes that are not UTF-8."""
+    """A lock file's record: the kind of stand-in, its path, its identity (`dev:inode`), and the
+    `info/exclude` file and line added for it, if any. JSON, since a path (a kernel may choose
+    its names) can hold a newline that would end a line of the record early, or bytes that are
+    not UTF-8."""
     try:
         record = json.loads(data)
     except ValueError:
@@ -157,18 +160,35 @@ def _record(data: bytes) -> list[str]:
 _CONTENT = {"file": b"", "json": b"{}\n", "mcp": b'{"mcpServers": {}}\n', "precommit": b"repos: []\n"}
 
 
-def _remove_unchanged(path: Path, kind: str) -> None:
-    """Remove the stand-in `path` if it is still as made (else it is no longer ours)."""
+def _remove_unchanged(path: Path, kind: str, identity: str) -> None:
+    """Remove the stand-in `path` if it is still the one made (`identity`: `dev:inode`) and as
+    made (else it is no longer ours). Looked at and removed in its folder as opened once: a
+    kernel may have put a link to a folder of the user's in the place of that folder, where
+    a file or an empty folder of the stand-in's name is the user's."""
     try:
-        info = path.lstat()
-    except FileNotFoundError:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
         return
-    with contextlib.suppress(OSError):
+    try:
+        info = os.lstat(path.name, dir_fd=folder)
+        if f"{info.st_dev}:{info.st_ino}" != identity:
+            return
         if kind == "dir" and stat.S_ISDIR(info.st_mode):
-            path.rmdir()  # fails if anything was put inside
+            os.rmdir(path.name, dir_fd=folder)  # fails if anything was put inside
         elif kind in _CONTENT and stat.S_ISREG(info.st_mode) and info.st_size == len(_CONTENT[kind]):
-            if path.read_bytes() == _CONTENT[kind]:
-                path.unlink()
+            made = os.open(
+                path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder
+            )
+            try:
+                same = os.read(made, len(_CONTENT[kind]) + 1) == _CONTENT[kind]
+            finally:
+                os.close(made)
+            if same:
+                os.unlink(path.name, dir_fd=folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
 
 
 def _work_tree(folder: Path) -> tuple[Path, Path] | None:

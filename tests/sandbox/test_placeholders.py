@@ -133,3 +133,22 @@ async def test_names_a_kernel_chooses_never_become_git_ignore_patterns(tmp_path:
     assert exclude.read_text() == before
     assert outside.read_text() == outside_before and not os.listdir(odd / "info")
     assert "?? mine.txt\n" in _untracked(project)
+
+
+def test_a_stand_in_is_never_removed_through_a_link(tmp_path: Path) -> None:
+    """A stand-in's folder may be the kernel's (where a link of its own leads): a kernel that
+    replaced that folder with a link to a folder of the user's (another executor's kernel in the
+    same workspace still runs when one releases its stand-ins) had ipybox remove the user's empty
+    file or folder of the stand-in's name there. What lies there now is left alone."""
+    project, mine = tmp_path / "project", tmp_path / "mine"
+    (project / "evil").mkdir(parents=True)
+    mine.mkdir()
+    held = Placeholders(tmp_path / "locks")
+    held.ensure(project / "evil" / "hidden", "file")
+    held.ensure(project / "evil" / "folder", "dir")
+    (project / "evil").rename(project / "moved")
+    (project / "evil").symlink_to(mine)
+    (mine / "hidden").touch()  # the user's, as the stand-ins were made
+    (mine / "folder").mkdir()
+    held.release()
+    assert sorted(os.listdir(mine)) == ["folder", "hidden"]
