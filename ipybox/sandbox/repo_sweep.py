@@ -360,14 +360,20 @@ def _disarm(git_dir: str) -> bool:
 
 def _added_settings(folder: str, names: dict[str, os.DirEntry[str]], read_only: set[str]) -> list[str]:
     """The `FOLDER_SETTINGS` in the existing `folder` (whose entries are `names`) that the
-    sandbox did not keep read-only."""
+    sandbox did not keep read-only; for one inside a folder (`.github/hooks`) that is a link
+    there, the link (the program follows it)."""
     found = []
     for setting in FOLDER_SETTINGS:
         first, _, rest = setting.partition("/")
-        if first in names and (not rest or names[first].is_dir(follow_symlinks=False)):
-            path = os.path.join(folder, setting)
-            if path not in read_only and (not rest or os.path.lexists(path)):
-                found.append(path)
+        if first not in names:
+            continue
+        path = os.path.join(folder, setting)
+        if rest and names[first].is_symlink():  # a link to a folder with the settings: set aside
+            path = os.path.join(folder, first) if os.path.lexists(os.path.join(folder, setting)) else ""
+        elif rest and not (names[first].is_dir(follow_symlinks=False) and os.path.lexists(path)):
+            path = ""
+        if path and path not in read_only:
+            found.append(path)
     return found
 
 

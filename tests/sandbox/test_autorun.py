@@ -662,11 +662,13 @@ async def test_copilot_hooks_can_be_neither_changed_nor_added(workspace: Path) -
     on its own: an existing `.github/hooks`, at any depth, cannot be
     changed; at the top, where `.github` exists, it cannot be created (an empty folder stands
     in), while the rest of `.github` stays the agent's to write (a CI workflow); one the kernel
-    adds to another folder that existed is set aside by the sweep."""
+    adds to another folder that existed is set aside by the sweep, also where `.github` is a
+    link of the kernel's to a folder holding `hooks/` (the link is set aside)."""
     for name in (".github/workflows/ci.yml", "pkg/.github/hooks/h.json"):
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
         (workspace / name).write_text("{}\n")
     (workspace / "lib").mkdir()
+    (workspace / "lib2").mkdir()
     before = _tree(workspace)
     targets = [".github/hooks/h.json", "pkg/.github/hooks/h.json"]
     code = (
@@ -678,19 +680,32 @@ def add():
     os.makedirs('lib/.github/hooks')
     return pathlib.Path('lib/.github/hooks/h.json').write_text('{{}}')
 out['added'] = attempt(add)
+def linked():
+    os.makedirs('stash/hooks')
+    pathlib.Path('stash/hooks/h.json').write_text('{{}}')
+    return os.symlink('../stash', 'lib2/.github')
+out['linked'] = attempt(linked)
 print(_json.dumps(out))
 """
     )
-    aside = workspace / "lib/.github/hooks.ipybox-disabled"
+    aside, link_aside = (
+        workspace / "lib/.github/hooks.ipybox-disabled",
+        workspace / "lib2/.github.ipybox-disabled",
+    )
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
         result = await probe(executor, code)
-        await until(lambda: aside.is_dir())
-    assert result.pop("workflow") == "ok: 8" and result.pop("added") == "ok: 2"
+        await until(lambda: aside.is_dir() and link_aside.is_symlink())
+    assert not os.path.lexists(workspace / "lib2/.github")
+    assert (
+        result.pop("workflow") == "ok: 8"
+        and result.pop("added") == "ok: 2"
+        and result.pop("linked") == "ok: None"
+    )
     for target, outcomes in result.items():
         assert not [o for o in outcomes if o.startswith("ok")], (target, outcomes)
     assert not (workspace / "lib/.github/hooks").exists()
     after = _tree(workspace)
     assert not (workspace / ".github/hooks").exists()
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-    changed = {k for k in changed if not k.startswith(("alias-", "staging", "loose", "lib"))}
+    changed = {k for k in changed if not k.startswith(("alias-", "staging", "loose", "lib", "stash"))}
     assert changed == {".github/workflows/new.yml"}, changed
