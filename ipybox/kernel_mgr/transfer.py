@@ -79,13 +79,24 @@ def _upload_local(source: Path, workspace: Path, parts: tuple[str, ...]) -> None
 
 
 def _put_tree(source: Path, fd: int, path: Path) -> None:
+    """Copy the tree `source` into the kernel's folder `fd` (at `path`). A link in it is not
+    followed (it may be one a download copied out of the kernel's workspace: what it names on
+    the host is not the tree's) and not copied."""
     for entry in os.scandir(source):
-        if entry.is_dir():
+        if entry.is_dir(follow_symlinks=False):
             with _safe_fs.subdir(fd, entry.name, path / entry.name, create=True) as sub:
                 _put_tree(Path(entry.path), sub, path / entry.name)
-        elif entry.is_file():
-            with open(entry.path, "rb") as f:
+        elif entry.is_file(follow_symlinks=False):
+            with open(entry.path, "rb", opener=_no_follow) as f:
                 _safe_fs.replace_file(fd, entry.name, f)
+        elif entry.is_symlink():
+            logger.warning(
+                "not uploading the link %r: links in an uploaded folder are not followed", entry.path
+            )
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def _download_local(workspace: Path, parts: tuple[str, ...], target: Path, disarm: bool) -> None:
@@ -132,10 +143,15 @@ def _get_tree(fd: int, path: Path, target: Path) -> None:
 
 
 def _get_entry(fd: int, entry: os.DirEntry[str], path: Path, target: Path) -> None:
-    if entry.is_symlink():  # copied as a link, never followed
+    if entry.is_symlink():  # copied as a link, never followed; only one that stays in the tree
         link = os.readlink(entry.name, dir_fd=fd)
         target.unlink(missing_ok=True)
-        target.symlink_to(link)
+        if _stays_in_folder(link):
+            target.symlink_to(link)
+        else:
+            logger.warning(
+                "not copying the link %r (to %r): it leads out of the downloaded folder", str(path), link
+            )
         return
     _drop_link(target)
     if entry.is_dir(follow_symlinks=False):
@@ -146,6 +162,14 @@ def _get_entry(fd: int, entry: os.DirEntry[str], path: Path, target: Path) -> No
         except NotADirectoryError:  # replaced by a file since the listing
             pass
     _get_file(fd, entry.name, path, target)
+
+
+def _stays_in_folder(link: str) -> bool:
+    """Whether the link text `link` names a path below the link's folder, whatever links it
+    passes through there (each of which must do the same): relative, without `..`. A kernel's
+    link copied to the host as it was (`keys -> ~/.ssh`, `../../..`) had ipybox's later
+    downloads into the copy write, and its uploads of the copy read, where it named."""
+    return not os.path.isabs(link) and ".." not in link.split("/")
 
 
 def _still_there(fd: int, entry: os.DirEntry[str]) -> bool:
@@ -213,7 +237,7 @@ async def upload(kernel: QuietCells, local: Path, remote: str) -> None:
                 await kernel.run_quiet(_call("make_dir", _join(remote, rel / name)))
             for name in names:
                 path = Path(directory) / name
-                if path.is_file():
+                if path.is_file() and not path.is_symlink():  # links are not followed, see _put_tree
                     await _upload_file(kernel, path, _join(remote, rel / name))
     elif local.is_file():
         await _upload_file(kernel, local, remote)

@@ -35,12 +35,16 @@ logger = logging.getLogger(__name__)
 #: `lint-cmd` runs after each edit), Windsurf (`.windsurf/hooks.json`), Cline
 #: (`.clinerules/hooks/`), Qwen Code (`.qwen/settings.json`), Kilo Code (`.kilocode/mcp.json`),
 #: Factory's droid (`.factory/`: MCP servers, hooks), Crush (`crush.json`, `.crush.json`: MCP
-#: and language servers). Each maps to the kind of stand-in that keeps a missing one absent for
-#: its program (see `CREATION_BLOCKED`): an empty directory, or a file that sets nothing.
+#: and language servers), Augment's Auggie (`.augment/settings.json`: hooks), Amp (`.amp/settings.json`,
+#: found upward to the repository's top: MCP servers, which tools run without asking). Each maps to the
+#: kind of stand-in that keeps a missing one absent for its program (see `CREATION_BLOCKED`): an
+#: empty directory, or a file that sets nothing.
 AGENT_SETTINGS = {
     **dict.fromkeys((".gemini", ".codex", ".cursor", ".zed", ".opencode", ".continue"), "dir"),
     **dict.fromkeys((".roo", ".kiro", ".amazonq", ".helix"), "dir"),
-    **dict.fromkeys((".windsurf", ".clinerules", ".qwen", ".kilocode", ".factory"), "dir"),
+    **dict.fromkeys(
+        (".windsurf", ".clinerules", ".qwen", ".kilocode", ".factory", ".augment", ".amp"), "dir"
+    ),
     **dict.fromkeys(("opencode.json", "opencode.jsonc", "crush.json", ".crush.json"), "json"),
     ".aider.conf.yml": "json",  # `{}`: an empty mapping in YAML too
 }
@@ -88,6 +92,24 @@ def _trusted_by_path(folder: Path, name: str) -> bool:
     return name != "mise" or folder.name == ".config" or os.path.lexists(folder / name / "config.toml")
 
 
+#: Settings in a folder of a name that holds much else: GitHub Copilot CLI runs the hooks of
+#: `.github/hooks/*.json` in the folder it starts in, on its own. Protected as the
+#: `AUTORUN_NAMES` are; the rest of `.github` (workflows, templates) is the project's own.
+NESTED_SETTINGS = (".github/hooks",)
+
+
+def _nested_setting(folder: Path, name: str) -> bool:
+    """Whether `folder/name` is one of `NESTED_SETTINGS` (cheap: looked up for every entry)."""
+    return f"{folder.name}/{name}" in NESTED_SETTINGS
+
+
+def nested_standins(root: Path) -> dict[Path, str]:
+    """Stand-ins (path: kind) for the `NESTED_SETTINGS` at the top of `root` whose folder is there
+    (an empty folder: no hooks); where it is not, the sweep sets aside one a kernel makes (a
+    stand-in would make the folder, which would then be read-only to the agent)."""
+    return {root / path: "dir" for path in NESTED_SETTINGS if os.path.isdir(root / path.split("/")[0])}
+
+
 #: Other version control systems' repositories, whose configuration their tool runs from on
 #: every command (a prompt's status included): Mercurial's `.hg/hgrc` (`[hooks]` such as
 #: `pre-status`, `[extensions]` loaded from a path), Jujutsu's `.jj/repo/config.toml` (pager,
@@ -127,6 +149,13 @@ CREATION_BLOCKED = {
     ".husky": "dir",  # husky's stubs skip a hook whose script is missing
     ".pre-commit-config.yaml": "precommit",  # an installed hook runs no hook of an empty list
 }
+
+#: Settings that the sweep sets aside where a kernel adds one to a folder that existed when it
+#: started, below the top (where `CREATION_BLOCKED` keeps them from being made): a folder's own
+#: settings, which a program started in that folder runs (`claude` in a package of a monorepo,
+#: an editor opening a subfolder, a nested repository's commit hooks). A stand-in for each in
+#: every folder would cost a mount each (see `MAX_GUARDED`), so they are found from the host.
+FOLDER_SETTINGS = frozenset(CREATION_BLOCKED) - {".git", "HEAD"} | frozenset(NESTED_SETTINGS)
 
 #: Names whose creation is blocked in every existing directory below the top (same stand-ins):
 #: together they keep any such directory from becoming a git work tree (`.git`) or a git
@@ -196,10 +225,12 @@ class Scan:
     """What one walk of a writable directory found."""
 
     protected: list[Path] = field(default_factory=list)  # read-only whole
+    folders: list[Path] = field(default_factory=list)  # every directory walked (they existed)
     directories: list[Path] = field(default_factory=list)  # guarded: pinned, `.git`/`HEAD` blocked
     missing: dict[Path, str] = field(default_factory=dict)  # named by git's config: stand-ins ("file", "dir")
     truncated: bool = False
     dropped: int = 0  # auto-run paths found past `MAX_PROTECTED`, not protected
+    too_deep: int = 0  # folders past `reads.MAX_DEPTH`, not walked
 
     def protect(self, path: Path, *more: Path) -> bool:
         """Keep `path` (with `more` that belong to it) read-only, unless `MAX_PROTECTED` are."""
@@ -229,6 +260,7 @@ def scan(
         if walked >= limit:
             break
         walked += 1
+        found.folders.append(folder)
         if folder != root and folder.name.startswith("."):
             pass  # hidden folders are not guarded (see docs/sandbox.md); the root always is
         elif len(found.directories) < guarded:
@@ -237,7 +269,11 @@ def scan(
             found.truncated = True
         for entry in reads.entries_of(folder):
             path = Path(entry.path)
-            if entry.name in AUTORUN_NAMES or _trusted_by_path(folder, entry.name):
+            if (
+                entry.name in AUTORUN_NAMES
+                or _trusted_by_path(folder, entry.name)
+                or _nested_setting(folder, entry.name)
+            ):
                 git = entry.name == ".git"
                 if found.protect(path, *(_git_dirs(path) if git else ())) and git and folder != root:
                     trees.append(folder)
@@ -247,13 +283,18 @@ def scan(
                 continue
             elif is_git_dir(path) or is_environment(path):
                 found.protect(path)  # a bare repository or a Python environment
+            elif reads.too_deep(path, [root]):
+                found.too_deep += 1  # each costs bubblewrap more than the last: see reads.MAX_DEPTH
             else:
                 pending.append(path)
     _log_limits(root, found, limit if walked >= limit else 0, guarded)
     named, missing = _named_by_git(trees, root)
     found.protected += named + named_by_settings(found.protected, root)
-    # a missing path inside a protected directory cannot be created anyway
-    found.protected = [p for p in dict.fromkeys(found.protected) if os.path.lexists(p)]
+    # a missing path inside a protected directory cannot be created anyway; none mounted deep
+    # down (settings and git's configuration may name such paths; see reads.MAX_DEPTH)
+    found.protected = [
+        p for p in dict.fromkeys(found.protected) if os.path.lexists(p) and not reads.too_deep(p, [root])
+    ]
     found.missing = {
         p: kind for p, kind in missing.items() if not any(p.is_relative_to(q) for q in found.protected)
     }
@@ -278,6 +319,8 @@ def link_targets(protected: Iterable[Path], roots: Iterable[Path]) -> tuple[list
             for hop in _hops(link):
                 if not reads.within(hop, writable) or len(found) + len(missing) >= MAX_NAMED:
                     break
+                if reads.too_deep(hop, writable):
+                    continue  # not mounted: see reads.MAX_DEPTH
                 if os.path.lexists(hop):
                     found.append(hop)
                 else:
@@ -432,6 +475,14 @@ def _log_limits(root: Path, found: Scan, cut: int, guarded: int) -> None:
     past the `guarded` ones, auto-run paths past `MAX_PROTECTED`."""
     if cut:
         logger.warning("%s: searched the first %d directories for auto-run paths only", root, cut)
+    if found.too_deep:
+        logger.warning(
+            "%s: %d folders more than %d folders down are not searched for auto-run paths (code in a "
+            "kernel may have made them; remove those you do not use)",
+            root,
+            found.too_deep,
+            reads.MAX_DEPTH,
+        )
     if found.dropped:
         logger.warning(
             "%s: %d more auto-run paths (.git, .vscode, .claude, ...) past the shallowest %d are not kept "

@@ -426,9 +426,9 @@ def sandbox_command(
     homes, keep_out = owned.confinement(workspace, writable)  # other principals' homes
     keep += keep_out
     placeholders = _placeholders.setdefault(runtime, Placeholders(_lock_dir()))
-    protected, roots = _protect_writable(config, workspace, writable_dir, placeholders, keep, homes)
+    protected, roots, existing = _protect_writable(config, workspace, writable_dir, placeholders, keep, homes)
     keep += protected
-    _watch(runtime, roots, keep, homes, writable_dir)
+    _watch(runtime, roots, keep, homes, writable_dir, existing)
     policy = kernel_policy(
         config,
         writable_dir,
@@ -446,13 +446,16 @@ def sandbox_command(
     return _srt_command(srt, policy_file, workspace)
 
 
-def _watch(runtime: Path, roots: list[Path], keep: list[Path], homes: list[Path], private: Path) -> None:
+def _watch(
+    runtime: Path, roots: list[Path], keep: list[Path], homes: list[Path], private: Path, existing: list[Path]
+) -> None:
     """Have the host sweep `roots` while the executor with `runtime` runs, until release_sandbox():
-    for the repositories its kernels make (disarmed) and the `keep` paths that are links (a mount
-    holds where a link leads, not its name: one a kernel replaced is made again)."""
+    for the repositories its kernels make (disarmed), the `keep` paths that are links (a mount
+    holds where a link leads, not its name: one a kernel replaced is made again) and the settings
+    its kernels add to the `existing` folders (set aside)."""
     kept_links = links.recorded(p for p in dict.fromkeys(keep) if reads.within(p, roots))
     sweeps = runtime_root() / "repo-sweeps"
-    repo_sweep.watch(runtime, sweeps, roots, [*keep, *homes], [private], kept_links)
+    repo_sweep.watch(runtime, sweeps, roots, [*keep, *homes], [private], kept_links, existing)
 
 
 def _srt_command(srt: str, policy_file: Path, workspace: Path) -> list[str]:
@@ -491,7 +494,7 @@ def _protect_writable(
     placeholders: Placeholders,
     keep: list[Path],
     hidden: Sequence[Path] = (),
-) -> tuple[list[Path], list[Path]]:
+) -> tuple[list[Path], list[Path], list[Path]]:
     """The auto-run paths, git directories and Python environments in every directory the kernel
     may write (but its private one), with placeholders made for those that must not be created
     (and for `keep` paths that are missing there), and those directories; see
@@ -506,12 +509,9 @@ def _protect_writable(
     which srt would lay over the hiding."""
     denied = [Path(os.path.expanduser(p)) for p in [*_ALWAYS_DENY_WRITE, str(state_dir().absolute())]]
     fs = config.setdefault("filesystem", {})
-    roots = []
-    for entry in fs.get("allowWrite", []):
-        root = Path(os.path.expanduser(entry)).absolute()
-        if root.is_dir() and not any(root.is_relative_to(d) for d in denied) and root != private:
-            roots.append(root)
+    roots = _writable_roots(fs.get("allowWrite", []), denied, private)
     found: list[Path] = []
+    existing: list[Path] = []  # every folder walked: settings the kernels add there are set aside
     standins: dict[Path, str] = {}
     pins: list[Path] = []
     home = Path.home().absolute()
@@ -522,13 +522,14 @@ def _protect_writable(
     for root in roots:
         scan = autorun.scan(root, off_limits)
         found += scan.protected
+        existing += scan.folders
         standins |= scan.missing  # what git's configuration names there but is not there yet
         if home.is_relative_to(root):  # start-up files of the user's shell and tools
             standins |= {home / name: kind for name, kind in autorun.HOME_NAMES.items()}
         if home != root and home.is_relative_to(root):
             continue  # "/" or /home: not a project, no placeholders in it
         standins |= {root / name: kind for name, kind in autorun.CREATION_BLOCKED.items()}
-        standins |= autorun.hook_standins(root)
+        standins |= autorun.hook_standins(root) | autorun.nested_standins(root)
         for folder in scan.directories[1:]:
             if reads.within(folder, [*user_denied, *kept]) or _read_denied(folder, fs.get("denyRead", [])):
                 continue  # read-only anyway; or hidden, which a pin (a writable bind) would undo
@@ -541,9 +542,21 @@ def _protect_writable(
     standins |= {path: kind for path, kind in missing.items() if path not in standins}
     standins |= dict.fromkeys(user_denied, "dir")
     standins |= {path: "file" for path in keep}
+    standins = {p: kind for p, kind in standins.items() if not reads.too_deep(p, roots)}  # see MAX_DEPTH
     found += _make_standins(standins, roots, placeholders)
     fs["allowWrite"] = [*fs.get("allowWrite", []), *(str(p) for p in pins)]
-    return [*found, *standins], roots
+    return [*found, *standins], roots, existing
+
+
+def _writable_roots(allow_write: Sequence[str], denied: Sequence[Path], private: Path) -> list[Path]:
+    """The directories `allow_write` names that the kernel may write (not at or below `denied`
+    ones, nor its `private` one)."""
+    roots = []
+    for entry in allow_write:
+        root = Path(os.path.expanduser(entry)).absolute()
+        if root.is_dir() and not any(root.is_relative_to(d) for d in denied) and root != private:
+            roots.append(root)
+    return roots
 
 
 def _make_standins(
@@ -559,7 +572,7 @@ def _make_standins(
             and reads.within(missing, roots)
             and os.path.realpath(missing.parent) == str(missing.parent)
         ):
-            placeholders.ensure(missing, kind if missing == path else "dir")
+            placeholders.ensure(missing, kind if missing == path else "dir", roots)
             made.append(missing)
     return made
 

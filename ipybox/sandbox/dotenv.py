@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ipybox.sandbox.reads import MAX_DEPTH
+
 logger = logging.getLogger(__name__)
 
 #: Files hidden one by one below a folder at most (see the module's docstring).
@@ -100,9 +102,9 @@ def _walk(folder: str, unfollowed: Sequence[str] = ()) -> _Walk:
     every start (5.6 s here), one to /proc every process's folders."""
     walk = _Walk()
     base = os.path.realpath(folder)
-    pending, listed = [base], {base}
+    pending, listed = [(base, 0)], {base}
     while pending:
-        directory = pending.pop()
+        directory, depth = pending.pop()
         try:
             with os.scandir(directory) as scan:
                 entries = list(scan)
@@ -124,14 +126,24 @@ def _walk(folder: str, unfollowed: Sequence[str] = ()) -> _Walk:
                     continue  # what the kernel needs (no user's .env), or not files at all
                 if target not in listed:
                     listed.add(target)
-                    pending.append(target)
+                    _below(walk, pending, target, depth)
                 continue
             if _named(entry.name):
                 walk.found.append(path)
             if entry.is_dir(follow_symlinks=False) and path not in listed:
                 listed.add(path)
-                pending.append(path)
+                _below(walk, pending, path, depth)
     return walk
+
+
+def _below(walk: _Walk, pending: list[tuple[str, int]], directory: str, depth: int) -> None:
+    """Walk `directory`, one folder below one `depth` down; past `MAX_DEPTH` it is hidden whole
+    instead, as one that cannot be listed: a mount deeper down costs bubblewrap more than the
+    last (a kernel's chain of 3,000 folders with an `.env` every 250 failed every later start)."""
+    if depth >= MAX_DEPTH:
+        walk.unlisted.append(directory)
+    else:
+        pending.append((directory, depth + 1))
 
 
 def _changed(path: str) -> int:

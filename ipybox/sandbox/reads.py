@@ -249,6 +249,22 @@ def hidden_below(folder: Path, keep: Iterable[Path], limit: int = MAX_READ_DIRS)
     return found
 
 
+#: The walks for what to protect or hide go at most this many folders down a writable directory,
+#: and no path deeper than one more is mounted: bubblewrap's time to make a mount grows faster
+#: than its path's depth (measured: a mount point 300 folders down cost a start +15 s, 400 down
+#: +30 s, so a kernel's chain of 3,000 folders with a `.git` every 250 failed every later start).
+MAX_DEPTH = 64
+
+
+def too_deep(path: Path | str, roots: Iterable[Path | str]) -> bool:
+    """Whether `path` lies more than `MAX_DEPTH` + 1 folders below the first of `roots` it is in."""
+    text = str(path)
+    for root in map(str, roots):
+        if text == root or text.startswith(root.rstrip("/") + "/"):
+            return text[len(root) :].strip("/").count("/") > MAX_DEPTH
+    return False
+
+
 def entries_of(folder: Path | str) -> list[os.DirEntry[str]]:
     """The entries of `folder` by name (none if it cannot be listed), for the walks that look
     for what to protect or hide."""

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from ipybox._programs import which
 from ipybox.sandbox import links
+from ipybox.sandbox.autorun import FOLDER_SETTINGS
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,8 @@ class RepoSweep:
     ) -> None:
         self.since_ns = time.time_ns() - _SLACK_NS
         self.interval = self._every = interval
-        #: The paths as given to `add()` (`roots`, `read_only`, `unwalked`), in ipybox's record.
-        self.given: dict[str, list[str]] = {"roots": [], "read_only": [], "unwalked": []}
+        #: The paths as given to `add()` (`roots`, `read_only`, `unwalked`, `existing`), in ipybox's record.
+        self.given: dict[str, list[str]] = {"roots": [], "read_only": [], "unwalked": [], "existing": []}
         #: Protected links (path: what it names), made again if replaced (`ipybox.sandbox.links`).
         self.links: dict[str, str] = {}
         self._taken = 0  # how many of `given`'s read_only paths are in `_read_only`
@@ -91,6 +92,8 @@ class RepoSweep:
         self._writable: set[str] = set()  # roots and unwalked
         self._real: dict[str, str] = {}  # each root as given: its real path
         self._read_only: set[str] = set()
+        self._existing: set[str] = set()  # folders that existed when a kernel started (real paths)
+        self._settings: list[str] = []  # `FOLDER_SETTINGS` found in them by the sweep under way
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -105,8 +108,11 @@ class RepoSweep:
         read_only: Iterable[Path],
         unwalked: Iterable[Path] = (),
         kept_links: dict[str, str] | None = None,
+        existing: Iterable[Path] = (),
     ) -> None:
-        """Also watch `roots`, and leave the `read_only` paths alone. The `unwalked` directories
+        """Also watch `roots`, and leave the `read_only` paths alone. In the `existing` folders
+        (they existed when a kernel started), settings a kernel adds (`FOLDER_SETTINGS`) are set
+        aside. The `unwalked` directories
         (the kernel's private one) are writable too but not walked: only a repository there that
         a `.git` file or link in a root points to is disarmed. The `kept_links` (read-only paths
         that are links: path, what it names) are made again where replaced; what they lead to
@@ -123,6 +129,11 @@ class RepoSweep:
             links.restore(self.links, self._real_path)
             self.given["unwalked"] += map(str, unwalked)
             self._writable |= {*self._roots, *(os.path.realpath(p) for p in unwalked)}
+            for folder in map(os.path.abspath, existing):
+                real = self._real_path(folder)
+                if real not in self._existing:
+                    self._existing.add(real)
+                    self.given["existing"].append(folder)
         self.given["read_only"] += map(str, read_only)  # taken in by `_take_read_only()`
 
     def _take_read_only(self) -> None:
@@ -166,6 +177,7 @@ class RepoSweep:
             links.restore(self.links, self._real_path)  # first: what took a link's place is walked below
             self._take_read_only()
             disarmed = []
+            self._settings = []
             for git_dir in dict.fromkeys(self._git_dirs(limit)):
                 # the state before looking: a change the kernel makes while this sweep reads
                 # (or after) differs from it, so the next sweep looks again
@@ -180,7 +192,23 @@ class RepoSweep:
                     )
                     continue
                 self._checked[git_dir] = state
+            self._set_aside_settings()
             return disarmed
+
+    def _set_aside_settings(self) -> None:
+        """Set aside the settings the walk found in folders that existed (`add()`'s `existing`)
+        that the kernels made or changed since the sandbox started: not kept read-only (the
+        user's are), not a protected link ipybox made again, changed since (inode change time)."""
+        made_again = {self._real_path(os.path.abspath(p)) for p in self.links}
+        for path in self._settings:
+            if path in made_again:
+                continue
+            try:
+                if os.lstat(path).st_ctime_ns < self.since_ns:
+                    continue
+                _set_aside_path(path)
+            except OSError as e:  # gone meanwhile, say; the next sweep looks again
+                logger.debug("cannot set aside %r: %s", path, e)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -208,6 +236,8 @@ class RepoSweep:
                 except OSError:
                     continue
                 names = {e.name: e for e in entries}
+                if folder in self._existing:
+                    self._settings += _added_settings(folder, names, self._read_only)
                 head = names.get("HEAD")
                 git_dir = head is not None and not head.is_dir(follow_symlinks=False)
                 if git_dir:
@@ -326,6 +356,44 @@ def _disarm(git_dir: str) -> bool:
             _DISABLED,
         )
     return any(done)
+
+
+def _added_settings(folder: str, names: dict[str, os.DirEntry[str]], read_only: set[str]) -> list[str]:
+    """The `FOLDER_SETTINGS` in the existing `folder` (whose entries are `names`) that the
+    sandbox did not keep read-only; for one inside a folder (`.github/hooks`) that is a link
+    there, the link (the program follows it)."""
+    found = []
+    for setting in FOLDER_SETTINGS:
+        first, _, rest = setting.partition("/")
+        if first not in names:
+            continue
+        path = os.path.join(folder, setting)
+        if rest and names[first].is_symlink():  # a link to a folder with the settings: set aside
+            path = os.path.join(folder, first) if os.path.lexists(os.path.join(folder, setting)) else ""
+        elif rest and not (names[first].is_dir(follow_symlinks=False) and os.path.lexists(path)):
+            path = ""
+        if path and path not in read_only:
+            found.append(path)
+    return found
+
+
+def _set_aside_path(path: str) -> None:
+    """Rename `path` (a folder's settings a kernel added) to `NAME.ipybox-disabled` beside it,
+    never through a link on the way (a kernel may swap a folder for one meanwhile)."""
+    folder, name = os.path.split(path)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.path.realpath(f"/proc/self/fd/{fd}") != folder:
+            return  # a folder on the way became a link: the next sweep finds where it went
+        _set_aside(fd, name)
+    finally:
+        os.close(fd)
+    logger.warning(
+        "ipybox set aside %r, which a sandboxed kernel added to a folder that was there before it "
+        "(programs started in that folder would run what it says); it is kept beside it as *%s",
+        path,
+        _DISABLED,
+    )
 
 
 def _disarm_config(dir_fd: int, name: str) -> bool:
@@ -505,6 +573,7 @@ def watch(
     read_only: Iterable[Path],
     unwalked: Iterable[Path] = (),
     kept_links: dict[str, str] | None = None,
+    existing: Iterable[Path] = (),
 ) -> RepoSweep:
     """Start sweeping `roots` for the executor with `runtime_dir` (or add to its sweep, see
     `RepoSweep.add`); call before a kernel of it starts. What it sweeps is recorded in the
@@ -516,7 +585,7 @@ def watch(
         _sweeps[runtime_dir] = RepoSweep(), records / f"{os.getpid()}-{key}.json"
         _sweeps[runtime_dir][0].start()
     sweep, record = _sweeps[runtime_dir]
-    sweep.add(roots, read_only, unwalked, kept_links)
+    sweep.add(roots, read_only, unwalked, kept_links, existing)
     record.parent.mkdir(mode=0o700, exist_ok=True)
     data = {"pid": os.getpid(), "since_ns": sweep.since_ns, **sweep.given, "links": sweep.links}
     record.with_suffix(".tmp").write_text(json.dumps(data))
@@ -543,6 +612,7 @@ def _recover(records: Path) -> None:
             data = json.loads(record.read_text())
             pid, since_ns = int(data["pid"]), int(data["since_ns"])
             given = [[Path(p) for p in data[key]] for key in ("roots", "read_only", "unwalked")]
+            existing = [Path(p) for p in data.get("existing", [])]
             kept = {str(k): str(v) for k, v in data.get("links", {}).items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
@@ -550,7 +620,7 @@ def _recover(records: Path) -> None:
             continue
         sweep = RepoSweep()
         roots, read_only, unwalked = given
-        sweep.add(roots, read_only, unwalked, kept)
+        sweep.add(roots, read_only, unwalked, kept, existing)
         sweep.since_ns = since_ns
         sweep.sweep()
         record.unlink(missing_ok=True)

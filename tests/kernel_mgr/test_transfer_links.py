@@ -54,9 +54,9 @@ async def test_download_does_not_read_through_a_planted_link(
         await executor.download("secret.txt", tmp_path / "got.txt")
     with pytest.raises(PermissionError, match="symbolic link"):
         await executor.download("linked/victim.txt", tmp_path / "got.txt")
-    await executor.download("out", tmp_path / "got")  # the link is copied as a link, not its target
+    await executor.download("out", tmp_path / "got")  # neither the link (it leads out) nor its target
     copied = tmp_path / "got" / "secret.txt"
-    assert copied.is_symlink() and not (tmp_path / "got.txt").exists()
+    assert not os.path.lexists(copied) and not (tmp_path / "got.txt").exists()
 
 
 async def test_plain_upload_and_download_still_work(executor: CodeExecutor, tmp_path: Path) -> None:
@@ -71,15 +71,17 @@ async def test_plain_upload_and_download_still_work(executor: CodeExecutor, tmp_
 async def test_a_second_download_never_writes_through_a_link_the_first_copied(
     executor: CodeExecutor, tmp_path: Path
 ) -> None:
-    """The kernel links out/cfg to a host directory, then makes cfg a directory: the second
-    download replaces the copied link instead of writing into the directory it names."""
+    """The kernel links out/cfg to a host directory (not copied: it leads out of the folder;
+    an earlier ipybox copied it), then makes cfg a directory: the second download replaces a
+    link there instead of writing into the directory it names."""
     victim = tmp_path / "victim"
     victim.mkdir()
     await executor.execute(
         f"import os\nos.makedirs('out', exist_ok=True)\nos.symlink({str(victim)!r}, 'out/cfg')"
     )
     await executor.download("out", tmp_path / "got")
-    assert (tmp_path / "got" / "cfg").is_symlink()
+    assert not os.path.lexists(tmp_path / "got" / "cfg")
+    (tmp_path / "got" / "cfg").symlink_to(victim)  # as an earlier ipybox copied it
     await executor.execute(
         "os.remove('out/cfg')\nos.mkdir('out/cfg')\nopen('out/cfg/authorized_keys', 'w').write('attacker')\n"
         "open('out/note', 'w').write('x')"
@@ -127,3 +129,48 @@ async def test_a_download_goes_on_past_entries_removed_while_it_copies(
     names = ("gone", "gone_dir", "gone_link", ESC)
     assert removed == {repr(str(executor.working_dir / "out" / name)) for name in names}
     assert all(record.getMessage().isprintable() for record in caplog.records)
+
+
+async def test_links_that_lead_out_of_a_downloaded_tree_stay_behind(
+    executor: CodeExecutor, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A link a kernel plants in a tree that download() copies out names whatever it likes on
+    the host: copied as it was, `keys -> ~/.ssh` had a later download to `got/keys/...` write
+    into the folder it names, and an upload of the copied tree read what it names into the
+    kernel (a sandboxed kernel read a file of the host that way, shown). A link is copied only
+    where it stays in the tree whatever it passes through (a relative path down from its
+    folder); the others (absolute, with `..`) are left out and named in the
+    log. An upload never follows a link in the uploaded tree either."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "secret").write_text("precious")
+    links = {
+        "keys": str(victim),  # absolute
+        "up": "../../victim/secret",  # relative, out of the tree
+        "via": "sub/../../victim",  # down, then out
+        "chain": "hop/secret",  # down, through a link that leads out (left out, so chain names nothing)
+        "hop": str(victim),
+        "ok": "sub/file",  # stays in the tree
+    }
+    plant = "import os\nos.makedirs('out/sub', exist_ok=True)\nopen('out/sub/file', 'w').write('data')\n"
+    plant += "".join(f"os.symlink({target!r}, 'out/{name}')\n" for name, target in links.items())
+    await executor.execute(plant)
+    got = tmp_path / "got"
+    with caplog.at_level(logging.WARNING, logger="ipybox.kernel_mgr.transfer"):
+        await executor.download("out", got)
+    assert sorted(os.listdir(got)) == ["chain", "ok", "sub"]
+    assert os.readlink(got / "ok") == "sub/file" and (got / "ok").read_text() == "data"
+    assert not (got / "chain").exists()
+    left_out = "\n".join(record.getMessage() for record in caplog.records)
+    out = [name for name in links if name not in ("ok", "chain")]
+    assert all(repr(str(executor.working_dir / "out" / name)) in left_out for name in out)
+    # the host's later writes and reads of the copied tree stay in it
+    await executor.execute(
+        "os.makedirs('new', exist_ok=True)\nopen('new/authorized_keys', 'w').write('attacker')"
+    )
+    await executor.download("new/authorized_keys", got / "keys" / "authorized_keys")
+    assert sorted(os.listdir(victim)) == ["secret"]
+    (got / "mine").symlink_to(victim / "secret")  # also a link of the application's own
+    await executor.upload(got, "back")
+    uploaded = await executor.execute("print(sorted(os.listdir('back')))")
+    assert uploaded.text == "['keys', 'sub']"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from servers.launch import NODE_BIN
 from ipybox import CodeExecutor
 from ipybox.sandbox.autorun import AGENT_SETTINGS, CREATION_BLOCKED, HOOK_MANAGERS
 
-from .conftest import ENV_SECRET, probe, sandbox_config, write_config
+from .conftest import ENV_SECRET, probe, sandbox_config, until, write_config
 
 pytestmark = [pytest.mark.usefixtures("srt_available"), pytest.mark.timeout(120)]
 
@@ -160,6 +161,7 @@ async def test_other_agents_editors_and_hook_managers_files_can_be_neither_creat
     # named here too, so that the test fails if one is dropped from AGENT_SETTINGS
     hooks_of_more_agents = {".windsurf": "dir", ".clinerules": "dir", ".qwen": "dir", ".kilocode": "dir"}
     hooks_of_more_agents |= {".factory": "dir", "crush.json": "json", ".crush.json": "json"}
+    hooks_of_more_agents |= {".augment": "dir", ".amp": "dir"}
     kinds = AGENT_SETTINGS | hooks_of_more_agents
     kinds |= {name: "dir" if name == ".husky" else "file" for name in HOOK_MANAGERS}
     nested = {
@@ -306,6 +308,41 @@ async def test_secrets_files_in_numbers_cannot_stop_later_starts(workspace: Path
         result = await probe(executor, read)
     assert ENV_SECRET not in json.dumps(result)
     assert all(r.startswith("PermissionError") for r in result), result
+
+
+async def test_paths_too_deep_cannot_stop_later_starts(workspace: Path) -> None:
+    """bubblewrap's time to make a mount grows faster than its path's depth (measured: a mount
+    point 300 folders down +15 s, 400 down +30 s): a kernel that made a chain of 800 folders
+    with a `.git`, a `.vscode`, an `.env` and a link in a `.claude` leading to a missing file
+    every 200 failed every later start in its workspace (the start timed out). Nothing deeper
+    than a bound is mounted: a deep `.env` stays unreadable (the folder at the bound is hidden
+    whole), the user's shallow settings stay protected, the kernel's deep ones are its own."""
+    (workspace / ".vscode").mkdir()
+    (workspace / ".vscode" / "tasks.json").write_text("{}\n")
+    plant = """
+for i in range(800):
+    os.mkdir('d')
+    os.chdir('d')
+    if i % 200 == 199:
+        for name in ('.git', '.vscode', '.claude'):
+            os.mkdir(name)
+        os.symlink('../missing', '.claude/settings.json')
+        open('.env', 'w').close()
+os.chdir(start)
+"""
+    read = "print(_json.dumps(attempt(lambda: open('/'.join(['d'] * 600 + ['.env'])).read())))"
+    try:
+        async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+            await executor.execute("import os\nstart = os.getcwd()\n" + plant)
+            await executor.reset()  # the next kernel's sandbox, with all of them there
+            result = await probe(executor, read)
+            tasks = await probe(
+                executor, "print(_json.dumps(attempt(lambda: open('.vscode/tasks.json', 'a').write('x'))))"
+            )
+    finally:
+        shutil.rmtree(workspace / "d", ignore_errors=True)  # pytest's own clean-up recurses once a folder
+    assert result.startswith(("PermissionError", "FileNotFoundError")), result
+    assert tasks.startswith("OSError: [Errno 30]"), tasks
 
 
 async def test_paths_git_config_names_cannot_be_created(workspace: Path, tmp_path: Path) -> None:
@@ -570,3 +607,105 @@ async def test_links_in_folders_with_glob_characters_open_nothing(workspace: Pat
     async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
         outcomes = await probe(executor, code)
     assert all(not o.startswith("ok") for o in outcomes.values()), outcomes
+
+
+#: Existing folders below the top (shallow and guarded, deep, hidden, a nested repository's top),
+#: the auto-run name a kernel adds to each, and what it writes there (a file of a folder, or the
+#: file itself).
+NEW_SETTINGS = [
+    ("sub", ".claude", "settings.json", '{"hooks": {"SessionStart": [{"hooks": [{"command": "x"}]}]}}'),
+    ("sub/deep", ".vscode", "tasks.json", '{"tasks": [{"runOptions": {"runOn": "folderOpen"}}]}'),
+    (".hidden/pkg", ".mcp.json", "", '{"mcpServers": {"x": {"command": "x"}}}'),
+    ("a/b/c/d/e", ".cursor", "hooks.json", "{}"),
+    ("vendor/lib", ".pre-commit-config.yaml", "", "repos: []"),
+    ("sub", "opencode.json", "", "{}"),
+]
+
+
+async def test_settings_a_kernel_adds_to_existing_folders_are_disabled(workspace: Path) -> None:
+    """Host programs started in a folder that existed before the kernel (`claude` in a package
+    of a monorepo, an editor opening a subfolder) run what its settings say: a `.claude`,
+    `.vscode`, `.mcp.json`, other agents' settings or hook managers' files the kernel adds to
+    such a folder, at any depth, is set aside (`NAME.ipybox-disabled`) by the sweep while the
+    kernel runs and after it; settings in a folder of the kernel's own making stay."""
+    for folder, *_ in NEW_SETTINGS:
+        (workspace / folder).mkdir(parents=True, exist_ok=True)
+    _git_init(workspace / "vendor" / "lib")
+    writes = {str(Path(f, n, rest)): text for f, n, rest, text in NEW_SETTINGS}
+    writes["mine/.vscode/settings.json"] = "{}"
+    code = f"""
+def put(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pathlib.Path(path).write_text(text)
+print(_json.dumps([attempt(lambda p=p, t=t: put(p, t)) for p, t in {writes!r}.items()]))
+"""
+
+    def set_aside() -> bool:
+        return all(
+            not os.path.lexists(workspace / f / n) and (workspace / f / f"{n}.ipybox-disabled").exists()
+            for f, n, *_ in NEW_SETTINGS
+        )
+
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        assert await probe(executor, code) == ["ok: None"] * len(writes)  # nothing stops the writes
+        await until(set_aside)
+    assert set_aside()
+    assert (workspace / "mine/.vscode/settings.json").read_text() == "{}"
+
+
+def _git_init(folder: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+
+
+async def test_copilot_hooks_can_be_neither_changed_nor_added(workspace: Path) -> None:
+    """GitHub Copilot CLI runs the hooks of `.github/hooks/*.json` in the folder it starts in,
+    on its own: an existing `.github/hooks`, at any depth, cannot be
+    changed; at the top, where `.github` exists, it cannot be created (an empty folder stands
+    in), while the rest of `.github` stays the agent's to write (a CI workflow); one the kernel
+    adds to another folder that existed is set aside by the sweep, also where `.github` is a
+    link of the kernel's to a folder holding `hooks/` (the link is set aside)."""
+    for name in (".github/workflows/ci.yml", "pkg/.github/hooks/h.json"):
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text("{}\n")
+    (workspace / "lib").mkdir()
+    (workspace / "lib2").mkdir()
+    before = _tree(workspace)
+    targets = [".github/hooks/h.json", "pkg/.github/hooks/h.json"]
+    code = (
+        TAMPER
+        + f"""
+out = {{t: tamper(t) for t in {targets!r}}}
+out['workflow'] = attempt(lambda: pathlib.Path('.github/workflows/new.yml').write_text('on: push'))
+def add():
+    os.makedirs('lib/.github/hooks')
+    return pathlib.Path('lib/.github/hooks/h.json').write_text('{{}}')
+out['added'] = attempt(add)
+def linked():
+    os.makedirs('stash/hooks')
+    pathlib.Path('stash/hooks/h.json').write_text('{{}}')
+    return os.symlink('../stash', 'lib2/.github')
+out['linked'] = attempt(linked)
+print(_json.dumps(out))
+"""
+    )
+    aside, link_aside = (
+        workspace / "lib/.github/hooks.ipybox-disabled",
+        workspace / "lib2/.github.ipybox-disabled",
+    )
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        result = await probe(executor, code)
+        await until(lambda: aside.is_dir() and link_aside.is_symlink())
+    assert not os.path.lexists(workspace / "lib2/.github")
+    assert (
+        result.pop("workflow") == "ok: 8"
+        and result.pop("added") == "ok: 2"
+        and result.pop("linked") == "ok: None"
+    )
+    for target, outcomes in result.items():
+        assert not [o for o in outcomes if o.startswith("ok")], (target, outcomes)
+    assert not (workspace / "lib/.github/hooks").exists()
+    after = _tree(workspace)
+    assert not (workspace / ".github/hooks").exists()
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    changed = {k for k in changed if not k.startswith(("alias-", "staging", "loose", "lib", "stash"))}
+    assert changed == {".github/workflows/new.yml"}, changed
