@@ -90,6 +90,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         resume=args.resume,
         spilled_outputs=args.max_spilled_outputs,
         spilled_bytes=args.max_spilled_bytes,
+        users_install=args.shared_trust or not _several_users(verifier),
     )
     if args.transport == "streamable-http":
         _check_listen(args.host, args.port)  # before the server: a port in use is one clear line
@@ -260,11 +261,9 @@ def _public_url(args: argparse.Namespace) -> str:
 
 def _refuse_shared_trust(args: argparse.Namespace, verifier: Any) -> None:
     """Several users without `--sandbox` read each other's secrets, unless the operator said that is fine."""
-    from ipybox.mcp_server.auth import JwtVerifier, TokenFile
+    from ipybox.mcp_server.auth import JwtVerifier
 
-    names = verifier.names if isinstance(verifier, TokenFile) else set()
-    several = isinstance(verifier, JwtVerifier) or len(names) > 1
-    if several and not args.sandbox and not args.shared_trust:
+    if _several_users(verifier) and not args.sandbox and not args.shared_trust:
         who = "JWTs of many users" if isinstance(verifier, JwtVerifier) else "several users in --auth-tokens"
         raise ValueError(
             f"refusing {who} without --sandbox: every user's kernels would run as this operating-system "
@@ -273,6 +272,13 @@ def _refuse_shared_trust(args: argparse.Namespace, verifier: Any) -> None:
             "each user's kernels to their own workspace and hides other users' processes; or add "
             "--shared-trust if these users may see each other's files and secrets"
         )
+
+
+def _several_users(verifier: Any) -> bool:
+    """Whether the verifier admits more than one user (JWTs, or a token file of several names)."""
+    from ipybox.mcp_server.auth import JwtVerifier, TokenFile
+
+    return isinstance(verifier, JwtVerifier) or (isinstance(verifier, TokenFile) and len(verifier.names) > 1)
 
 
 def _announce_token(verifier: Any, url: str) -> None:

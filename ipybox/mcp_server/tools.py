@@ -29,6 +29,7 @@ from ipybox.mcp_server.kernels import (
     KernelPool,
     check_kernel_name,
     shown,
+    user_name,
     user_principal,
 )
 from ipybox.mcp_server.live import LiveView, follow, interrupted_if_client_leaves
@@ -45,6 +46,13 @@ logger = logging.getLogger(__name__)
 _NO_ELICITATION = (
     "[ipybox: this client cannot ask you (no elicitation support), so tool calls from code run "
     "without approval; see the audit log]"
+)
+_NO_USER_INSTALLS = (
+    "install_package is off for the users of this server: it installs into ipybox's own Python "
+    "environment, which the kernels of every user (and ipybox itself) run, so a package one user "
+    "installs would run its code in the others' kernels. Ask the operator to install {spec!r} into "
+    "that environment, or to start ipybox with --shared-trust if the users may run code in each "
+    "other's kernels."
 )
 Content = list[TextContent | ImageContent]
 
@@ -71,6 +79,7 @@ class Tools:
         parked: ParkedRuns,
         spill: Spill,
         notebooks: Notebooks,
+        users_install: bool = False,
     ) -> None:
         self.kernels = kernels
         self.home = home
@@ -80,6 +89,7 @@ class Tools:
         self.parked = parked
         self.spill = spill
         self.notebooks = notebooks
+        self.users_install = users_install
         self._told_no_elicitation: set[str] = set()  # principals whose reply said calls ran unasked
         self._untold: set[str] = set()  # principals whose calls ran unasked, not yet told
         self.siblings = Siblings(home.root)
@@ -227,6 +237,8 @@ class Tools:
         """Install a package for the kernel, with network: "numpy>=1.26" or "git+https://..." (not !pip)."""
         who = principal()
         self._workspace(who)
+        if user_name(who) is not None and not self.users_install:
+            raise ToolError(_NO_USER_INSTALLS.format(spec=package_name))
         return await self._install(package_name, who)
 
     async def reset(self, ctx: Context[Any, Any], kernel: str = DEFAULT_KERNEL) -> str:
