@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import time
@@ -34,9 +35,20 @@ def user_name(principal: str) -> str | None:
     return None
 
 
+#: User names shown as they are; any other (`local`, empty, not ASCII, with spaces or brackets) is
+#: shown quoted, with JSON escapes, so it cannot read as the local principal or as another user.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
+
+
 def shown(principal: str) -> str:
-    """A principal as people read it: its user's name, or `local`."""
-    return user_name(principal) or LOCAL
+    """A principal as people read it (in the audit log's `by`): `local`, or its user's name,
+    quoted where it could pass for another principal."""
+    name = user_name(principal)
+    if name is None:
+        return LOCAL
+    if name != LOCAL and _PLAIN_NAME.fullmatch(name):
+        return name
+    return json.dumps(name)
 
 
 DEFAULT_KERNEL = "default"

@@ -21,7 +21,7 @@ from servers.launch import SANDBOX_PATH, require_sandbox, sandbox_unavailable
 from ipybox import CodeExecutor
 from ipybox.mcp_server.auth import JwtVerifier, TokenFile
 from ipybox.mcp_server.homes import Homes
-from ipybox.mcp_server.kernels import LOCAL, user_principal
+from ipybox.mcp_server.kernels import LOCAL, shown, user_principal
 from ipybox.sandbox.owned import HomeError
 
 from .conftest import open_ipybox, running_http_ipybox
@@ -158,6 +158,24 @@ async def test_no_user_name_is_the_local_principal(tmp_path: Path) -> None:
     dirs = {homes.workspace(p) for p in principals}
     assert len(dirs) == len(set(principals)) and all(d.parent == workspace / "users" for d in dirs)
     assert homes.workspace(LOCAL) == workspace
+
+
+async def test_no_user_name_reads_as_another_principal_in_the_audit_log(tmp_path: Path) -> None:
+    """The audit log's `by` (shared with `--audit-log` or `--shared-workspace`) names whoever
+    decided: no token-file name or JWT subject reads as the local principal or as another user."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("local local-token-0123456789\nalice alice-token-0123456789\n")
+    (tmp_path / "jwks.json").write_text(_jwks())
+    verifiers = TokenFile(tokens), JwtVerifier(ISSUER, AUDIENCE, str(tmp_path / "jwks.json"))
+    found = [await verifiers[0].verify_token(t) for t in ("local-token-0123456789", "alice-token-0123456789")]
+    lookalikes = ["alice) through the client; (bob", "\u0430lice", "alice\u200b", "alice ", "alice\n"]
+    found += [await verifiers[1].verify_token(token(sub=sub)) for sub in [*_LOCAL_NAMES, *lookalikes]]
+    principals = [LOCAL, *(user_principal(access.client_id) for access in found if access is not None)]
+    assert len(principals) == 3 + len(_LOCAL_NAMES) + len(lookalikes)
+    by = [f"user ({shown(p)}) through the client" for p in principals]
+    assert len(set(by)) == len(set(principals)), by  # the token user and the subject `local` are one
+    assert by[:3] == [f"user ({n}) through the client" for n in ("local", '"local"', "alice")]
+    assert all(s.isprintable() and s.isascii() for s in by), by
 
 
 async def test_token_user_named_local_works_in_its_own_home(tmp_path: Path) -> None:
