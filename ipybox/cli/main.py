@@ -52,6 +52,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     workspace = _workspace(args)
     from ipybox.kernel_mgr.gateway import gateway_option_problem
     from ipybox.mcp_server import ApprovalPolicy, ServerOptions, create_server
+    from ipybox.mcp_server.auth import LocalToken
     from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
 
     approval = ApprovalPolicy.parse(args.approval)  # files named relative to where ipybox started
@@ -60,7 +61,10 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     verifier, auth = _authentication(args)
     audit_log = args.audit_log.expanduser().resolve() if args.audit_log else None
     os.chdir(workspace)  # the kernel's working directory, and where `.env` is read
-    if (workspace / ".env").is_file():  # a directory: a running sandbox's stand-in
+    # WORKSPACE/.env is the local principal's: where users have homes of their own, it stays out of
+    # ipybox's environment, which every user's kernels (KERNEL_ENV_*) and `--allow-env` draw on
+    users_homes = verifier is not None and not isinstance(verifier, LocalToken) and not args.shared_workspace
+    if (workspace / ".env").is_file() and not users_homes:  # a directory: a running sandbox's stand-in
         load_dotenv(workspace / ".env", override=False, interpolate=False)  # `${VAR}` is kept as written
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
