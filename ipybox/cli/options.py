@@ -348,8 +348,8 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                 "help": (
                     "let several users (--auth-tokens with more than one NAME, or JWTs) share kernels' "
                     "operating-system user without --sandbox, so each can read the others' files, .env "
-                    "secrets and kernel environments, and let them call install_package (which installs "
-                    "into the environment all kernels run); without it ipybox refuses that setup"
+                    "secrets and kernel environments, and let them have programs run on the host "
+                    "(install_package, stdio MCP servers); without it ipybox refuses that setup"
                 ),
             },
             "--shared-workspace": {

@@ -81,10 +81,11 @@ class ServerOptions:
     #: (None: no limit); the oldest go first.
     spilled_outputs: int | None = 100
     spilled_bytes: int | None = 256 << 20
-    #: Authenticated users may call install_package. It installs into ipybox's own Python
-    #: environment, which every principal's kernels (and ipybox) run, so one user's package would
-    #: run in the others' kernels: only where the users trust each other, or there is one.
-    users_install: bool = False
+    #: Authenticated users may have ipybox run programs on the host for them: install_package
+    #: (into ipybox's own environment, which every principal's kernels run) and stdio MCP servers
+    #: (outside every sandbox). Either reaches the other users' homes: only where the users trust
+    #: each other, or there is one.
+    users_run_on_host: bool = False
 
 
 def create_server(
@@ -115,7 +116,7 @@ def create_server(
         parked=parked,
         spill=Spill(options.spilled_outputs, options.spilled_bytes),
         notebooks=notebooks,
-        users_install=options.users_install,
+        users_run_on_host=options.users_run_on_host,
     )
 
     @contextlib.asynccontextmanager

@@ -16,6 +16,7 @@ from mcp_types import ImageContent, InputRequiredResult, TextContent
 
 from ipybox.code_exec import CodeExecutionError, CodeExecutionResult
 from ipybox.mcp_apigen import generate_mcp_sources
+from ipybox.mcp_client.params import transport_of
 from ipybox.mcp_client.placeholders import PlaceholderError, placeholder_names
 from ipybox.mcp_server import channels
 from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict
@@ -54,6 +55,13 @@ _NO_USER_INSTALLS = (
     "that environment, or to start ipybox with --shared-trust if the users may run code in each "
     "other's kernels."
 )
+_NO_USER_STDIO = (
+    "server_params name a command: a stdio MCP server runs as a program on the ipybox host, outside "
+    "every sandbox, where it could read the other users' files, so on this server users register "
+    "servers by URL only ({'url': 'https://…/mcp', 'headers': {…}}). Ask the operator to run this "
+    "server and give you its URL, or to start ipybox with --shared-trust if the users may run "
+    "programs as ipybox's user."
+)
 Content = list[TextContent | ImageContent]
 
 
@@ -79,7 +87,7 @@ class Tools:
         parked: ParkedRuns,
         spill: Spill,
         notebooks: Notebooks,
-        users_install: bool = False,
+        users_run_on_host: bool = False,
     ) -> None:
         self.kernels = kernels
         self.home = home
@@ -89,7 +97,7 @@ class Tools:
         self.parked = parked
         self.spill = spill
         self.notebooks = notebooks
-        self.users_install = users_install
+        self.users_run_on_host = users_run_on_host
         self._told_no_elicitation: set[str] = set()  # principals whose reply said calls ran unasked
         self._untold: set[str] = set()  # principals whose calls ran unasked, not yet told
         self.siblings = Siblings(home.root)
@@ -109,6 +117,8 @@ class Tools:
         root = self._workspace(who)
         self.kernels.prewarm(who)  # code that uses the API comes next: its kernel starts meanwhile
         try:
+            if not self._runs_on_host(who) and transport_of(server_params) == "stdio":
+                raise ValueError(_NO_USER_STDIO)
             modules = await generate_mcp_sources(
                 server_name, server_params, root / "mcptools", workspace=root, allow_env=self.allow_env
             )
@@ -195,6 +205,10 @@ class Tools:
         )
         return run, view
 
+    def _runs_on_host(self, who: str) -> bool:
+        """Whether ipybox may run programs on the host for `who` (see `ServerOptions.users_run_on_host`)."""
+        return user_name(who) is None or self.users_run_on_host
+
     def _workspace(self, who: str) -> Path:
         """The principal's workspace; a home ipybox refuses (one it did not make) is the tool's error."""
         try:
@@ -237,7 +251,7 @@ class Tools:
         """Install a package for the kernel, with network: "numpy>=1.26" or "git+https://..." (not !pip)."""
         who = principal()
         self._workspace(who)
-        if user_name(who) is not None and not self.users_install:
+        if not self._runs_on_host(who):
             raise ToolError(_NO_USER_INSTALLS.format(spec=package_name))
         return await self._install(package_name, who)
 

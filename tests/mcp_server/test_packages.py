@@ -18,13 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers.launch import SANDBOX_PATH, require_sandbox
 
 from ipybox.mcp_server import packages
 from ipybox.mcp_server.packages import RequirementError, check_requirement
-
-from .conftest import running_http_ipybox, text_of
-from .test_clients import connect
 
 PROBE = "ipybox-attack-probe"
 UV = shutil.which("uv")
@@ -249,73 +245,3 @@ def test_installer_environment_keeps_index_settings_only() -> None:
     assert env["UV_NO_CONFIG"] == "1" and env["PIP_CONFIG_FILE"] == os.devnull
     for dropped in ["UV_FIND_LINKS", "PIP_CONSTRAINT", "PYTHONPATH", "PYTHONSTARTUP", "VIRTUAL_ENV"]:
         assert dropped not in env
-
-
-# --- one user's package in the others' kernels -------------------------------------------------
-
-ALICE, BOB = "alice-secret-token-0123456789", "bob-secret-token-9876543210"
-
-
-@pytest.fixture(scope="module")
-def shared_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
-    """(python, marker, env): a throwaway environment that runs ipybox (its packages from the
-    project's), and an index serving a wheel whose `.pth` file writes `marker` at every start of
-    that Python, as it would in every user's kernel (and ipybox's next start)."""
-    base = tmp_path_factory.mktemp("shared-env")
-    python = new_venv(base / "venv")
-    site_packages = next((base / "venv" / "lib").glob("python*/site-packages"))
-    ours = [p for p in sys.path if p.endswith("site-packages")]
-    (site_packages / "_ipybox_dev.pth").write_text(
-        "".join(f"import site; site.addsitedir({p!r})\n" for p in ours)
-    )
-    marker, index = base / "pwned", base / "index"
-    wheel = evil_wheel(index / PROBE, marker)
-    (index / PROBE / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
-    (index / "index.html").write_text(f'<a href="{PROBE}/">{PROBE}</a>\n')
-    return python, marker, {"UV_INDEX_URL": index.as_uri(), "PATH": SANDBOX_PATH}
-
-
-@requires_uv
-@pytest.mark.timeout(120)
-async def test_users_of_a_shared_server_cannot_install_into_each_others_kernels(
-    tmp_path: Path, shared_env: tuple[Path, Path, dict[str, str]]
-) -> None:
-    """Several users (a sandboxed team): a package goes into the environment every user's kernel
-    runs, so one user's `.pth` would run in the others' kernels: refused in every spelling and
-    era, naming the cause and the fix; with --shared-trust (control) it installs and runs."""
-    require_sandbox()
-    python, marker, env = shared_env
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
-    command = [str(python), "-m", "ipybox.mcp_server"]
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    team = ["--auth-tokens", str(tokens), "--spare-kernels", "0"]
-    specs = [
-        PROBE,
-        f"{PROBE} @ https://example.com/{PROBE}-99.0-py3-none-any.whl",
-        "git+https://example.com/p.git",
-    ]
-    server = running_http_ipybox(
-        workspace, tmp_path / "s1", tmp_path / "log1", [*team, "--sandbox"], command=command, env=env
-    )
-    with server as (_, url):
-        for token, mode in [(ALICE, "auto"), (BOB, "legacy")]:
-            async with connect(url, token, mode) as client:
-                for spec in specs:
-                    result = await client.call_tool("install_package", {"package_name": spec})
-                    said = text_of(result)
-                    assert result.is_error, said
-                    for words in ("every user", "others' kernels", "operator", "--shared-trust", repr(spec)):
-                        assert words in said, said
-    start_python(python)
-    assert not marker.exists()
-    server = running_http_ipybox(
-        workspace, tmp_path / "s1", tmp_path / "log2", [*team, "--shared-trust"], command=command, env=env
-    )
-    with server as (_, url):
-        async with connect(url, ALICE, "auto") as client:
-            result = await client.call_tool("install_package", {"package_name": PROBE})
-            assert not result.is_error, text_of(result)
-    start_python(python)
-    assert marker.exists(), "control: a trusted team's install reaches the shared environment"
