@@ -76,6 +76,8 @@ ExecutorFactory = Callable[[str, str], CodeExecutor]
 """Makes the (not yet started) executor of a principal's named kernel."""
 StartHook = Callable[[str, str, CodeExecutor], Awaitable[str]]
 """Runs on a principal's named kernel once started, before its first use: a notice for that use, or ""."""
+StopHook = Callable[[str, str, CodeExecutor], None]
+"""Runs when a principal's named kernel is stopped (idle, or making room), before it stops."""
 
 
 class KernelPool:
@@ -93,11 +95,13 @@ class KernelPool:
         idle_timeout: float | None,
         max_kernels: int,
         on_start: StartHook | None = None,
+        on_stop: StopHook | None = None,
     ) -> None:
         if max_kernels < 1:
             raise ValueError(f"max_kernels must be at least 1, got {max_kernels}")
         self._factory = factory
         self._on_start = on_start
+        self._on_stop = on_stop
         self.idle_timeout = idle_timeout
         self.max_kernels = max_kernels
         self._kernels: dict[tuple[str, str], _Kernel] = {}
@@ -188,6 +192,8 @@ class KernelPool:
             "variables and imports from before are gone]"
         )
         logger.info("stopping kernel %r of %r: %s", key[1], key[0], why)
+        if self._on_stop is not None:
+            self._on_stop(*key, kernel.executor)
         task = asyncio.create_task(kernel.executor.stop())
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)

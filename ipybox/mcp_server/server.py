@@ -104,6 +104,7 @@ def create_server(
         idle_timeout=options.kernel_idle_timeout,
         max_kernels=options.max_kernels,
         on_start=notebooks.started,
+        on_stop=notebooks.stopped,
     )
     parked = ParkedRuns(options.approval_ttl)
     on_gateway = executor_options.kernel_gateway_url is not None
