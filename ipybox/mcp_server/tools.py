@@ -38,6 +38,7 @@ from ipybox.mcp_server.notebooks import Notebooks
 from ipybox.mcp_server.output import Spill, as_shown, truncate
 from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
+from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval import display
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.audit import AuditLog
@@ -163,7 +164,7 @@ class Tools:
             run, view = parked
             await channels.answer(run, ctx.input_responses, by)
         else:
-            self._workspace(who)
+            self._refuse_host_servers(who, self._workspace(who))
             run, view = self._start(code, ctx, who, kernel, timeout, max_output_chars)
             await self.parked.abandon(who, kernel)
         async with interrupted_if_client_leaves(run, ctx.request_context.request):
@@ -208,6 +209,24 @@ class Tools:
     def _runs_on_host(self, who: str) -> bool:
         """Whether ipybox may run programs on the host for `who` (see `ServerOptions.users_run_on_host`)."""
         return user_name(who) is None or self.users_run_on_host
+
+    def _refuse_host_servers(self, who: str, root: Path) -> None:
+        """A user who may not have programs run on the host, but whose workspace has stdio servers
+        registered (while the server allowed it: one user, or --shared-trust), runs no code: the
+        kernel's calls would start them on the host."""
+        if self._runs_on_host(who):
+            return
+        stdio = sorted(
+            name for name, known in registry.registered(root).items() if any("command" in p for p in known)
+        )
+        if stdio:
+            raise ToolError(
+                f"Your workspace has stdio MCP servers registered ({', '.join(stdio)}): programs that run on "
+                "the ipybox host, registered while this server let users do that. It has several users now, "
+                "so your code does not run while they are registered: ask the operator to remove them from "
+                f"{registry.registry_file(root)} (register them again by URL), or to start ipybox with "
+                "--shared-trust if the users may run programs as ipybox's user."
+            )
 
     def _workspace(self, who: str) -> Path:
         """The principal's workspace; a home ipybox refuses (one it did not make) is the tool's error."""

@@ -112,3 +112,42 @@ async def test_users_of_a_shared_server_run_no_programs_on_the_host(
             )
     start_python(python)
     assert marker.exists() and ran.exists(), "control: a trusted team's programs run on the host"
+
+
+@pytest.mark.timeout(180)
+async def test_stdio_servers_registered_while_allowed_run_no_users_code_later(tmp_path: Path) -> None:
+    """A stdio server a user registered while the server had one user stays in her registry; once
+    a second user joins, her kernel's calls would start it on the host: her code is refused, naming
+    the servers, where they are registered and what to do."""
+    require_sandbox()
+    from .test_clients import NOTES_SERVER
+
+    workspace, state = tmp_path / "ws", tmp_path / "state"
+    workspace.mkdir()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {ALICE}\n")
+    notes = {"command": sys.executable, "args": [str(NOTES_SERVER)]}
+    with running_http_ipybox(workspace, state, tmp_path / "log1", ["--auth-tokens", str(tokens)]) as (_, url):
+        async with connect(url, ALICE, "auto") as client:  # one user: her programs may run on the host
+            said = text_of(
+                await client.call_tool(
+                    "register_mcp_server", {"server_name": "notes", "server_params": notes}
+                )
+            )
+            assert "Generated" in said, said
+    tokens.write_text(f"alice {ALICE}\nbob {BOB}\n")
+    args = ["--auth-tokens", str(tokens), "--sandbox", "--spare-kernels", "0"]
+    code = "from mcptools.notes import count_notes\nprint(count_notes.run(count_notes.Params()))"
+    with running_http_ipybox(workspace, state, tmp_path / "log2", args) as (_, url):
+        for mode in ("auto", "legacy"):
+            async with connect(url, ALICE, mode) as client:
+                result = await client.call_tool("execute_ipython_cell", {"code": code})
+                said = text_of(result)
+                assert result.is_error, said
+                for words in (
+                    "stdio MCP servers registered (notes)",
+                    "operator",
+                    str(state),
+                    "--shared-trust",
+                ):
+                    assert words in said, said
