@@ -213,8 +213,9 @@ class Tools:
     def _refuse_host_servers(self, who: str, root: Path) -> None:
         """A user who may not have programs run on the host, but whose workspace has stdio servers
         registered (while the server allowed it: one user, or --shared-trust), runs no code: the
-        kernel's calls would start them on the host."""
-        if self._runs_on_host(who):
+        kernel's calls would start them on the host. A shared workspace's servers are the operator's
+        to share (`--shared-workspace`)."""
+        if self._runs_on_host(who) or self.home.shared:
             return
         stdio = sorted(
             name for name, known in registry.registered(root).items() if any("command" in p for p in known)
