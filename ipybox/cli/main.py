@@ -94,7 +94,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         resume=args.resume,
         spilled_outputs=args.max_spilled_outputs,
         spilled_bytes=args.max_spilled_bytes,
-        users_run_on_host=args.shared_trust or not _several_users(verifier),
+        users_run_on_host=args.shared_trust,
     )
     if args.transport == "streamable-http":
         _check_listen(args.host, args.port)  # before the server: a port in use is one clear line

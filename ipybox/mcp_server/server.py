@@ -83,8 +83,8 @@ class ServerOptions:
     spilled_bytes: int | None = 256 << 20
     #: Authenticated users may have ipybox run programs on the host for them: install_package
     #: (into ipybox's own environment, which every principal's kernels run) and stdio MCP servers
-    #: (outside every sandbox). Either reaches the other users' homes: only where the users trust
-    #: each other, or there is one.
+    #: (outside every sandbox). Either reaches ipybox's user's files and the other users' homes:
+    #: only where the operator trusts the users with that (`--shared-trust`).
     users_run_on_host: bool = False
 
 

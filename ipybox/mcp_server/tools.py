@@ -51,14 +51,15 @@ _NO_ELICITATION = (
 )
 _NO_USER_INSTALLS = (
     "install_package is off for the users of this server: it installs into ipybox's own Python "
-    "environment, which the kernels of every user (and ipybox itself) run, so a package one user "
-    "installs would run its code in the others' kernels. Ask the operator to install {spec!r} into "
-    "that environment, or to start ipybox with --shared-trust if the users may run code in each "
-    "other's kernels."
+    "environment, which every user's kernels (and ipybox itself, outside any sandbox) run, so a "
+    "package one user installs would run its code in the others' kernels and on the host. Ask the "
+    "operator to install {spec!r} into that environment, or to start ipybox with --shared-trust if "
+    "its users may run programs as ipybox's user."
 )
 _NO_USER_STDIO = (
     "server_params name a command: a stdio MCP server runs as a program on the ipybox host, outside "
-    "every sandbox, where it could read the other users' files, so on this server users register "
+    "every sandbox, where it could read the files of ipybox's user and of every user, so on this "
+    "server users register "
     "servers by URL only ({'url': 'https://…/mcp', 'headers': {…}}). Ask the operator to run this "
     "server and give you its URL, or to start ipybox with --shared-trust if the users may run "
     "programs as ipybox's user."
@@ -222,11 +223,11 @@ class Tools:
         )
         if stdio:
             raise ToolError(
-                f"Your workspace has stdio MCP servers registered ({', '.join(stdio)}): programs that run on "
-                "the ipybox host, registered while this server let users do that. It has several users now, "
-                "so your code does not run while they are registered: ask the operator to remove them from "
-                f"{registry.registry_file(root)} (register them again by URL), or to start ipybox with "
-                "--shared-trust if the users may run programs as ipybox's user."
+                f"Your workspace has stdio MCP servers registered ({', '.join(stdio)}): programs that run "
+                "on the ipybox host, registered while this server let users do that (--shared-trust). It "
+                "no longer does, so your code does not run while they are registered: ask the operator to "
+                f"remove them from {registry.registry_file(root)} (register them again by URL), or to "
+                "start ipybox with --shared-trust if the users may run programs as ipybox's user."
             )
 
     def _workspace(self, who: str) -> Path:

@@ -194,12 +194,12 @@ async def test_token_user_named_local_works_in_its_own_home_without_the_local_en
     with running_http_ipybox(workspace, state, tmp_path / "log", args=args) as (_, url):
         async with connect(url, "local-token-0123456789", "auto") as client:
             made = await client.call_tool("install_package", {"package_name": "-r x"})  # makes the home
-            assert made.is_error and "installer option" in text_of(made)
+            assert made.is_error and "--shared-trust" in text_of(made)
             (workspace / "users" / "local" / ".env").write_text("KERNEL_ENV_OWN=mine\nOWN_TOKEN=t\n")
             code = "import os; print(os.getcwd(), os.path.exists('local-only.txt'), "
             seen = await output(client, code + "os.environ.get('OWNER_SECRET'), os.environ.get('OWN'))")
             for variable in ("OWNER_TOKEN", "OWN_TOKEN"):
-                params = {"command": "true", "env": {"X": f"${{{variable}}}"}}
+                params = {"url": "http://127.0.0.1:9/mcp", "headers": {"X": f"${{{variable}}}"}}
                 said = text_of(
                     await client.call_tool(
                         "register_mcp_server", {"server_name": "s", "server_params": params}

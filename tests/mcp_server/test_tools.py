@@ -1,4 +1,5 @@
-"""Attack tests: on a server with several users, no user has ipybox run a program on the host.
+"""Attack tests: on a server with authentication, no user has ipybox run a program on the host
+unless the operator trusts the users with that (`--shared-trust`).
 
 A sandboxed team of two (a token file): `install_package` would put one user's package into the
 environment every user's kernel runs (a `.pth` file runs in the others' kernels), and a stdio
@@ -83,7 +84,13 @@ async def test_users_of_a_shared_server_run_no_programs_on_the_host(
                     result = await client.call_tool("install_package", {"package_name": spec})
                     said = text_of(result)
                     assert result.is_error, said
-                    for words in ("every user", "others' kernels", "operator", "--shared-trust", repr(spec)):
+                    for words in (
+                        "every user",
+                        "others' kernels",
+                        "on the host",
+                        "--shared-trust",
+                        repr(spec),
+                    ):
                         assert words in said, said
                 for params in _stdio_servers(ran):
                     arguments = {"server_name": "x", "server_params": params}
@@ -97,6 +104,16 @@ async def test_users_of_a_shared_server_run_no_programs_on_the_host(
                     )
                 )
                 assert "Could not connect" in said and "by URL only" not in said, said
+    alone = tmp_path / "alone"  # a single user is no operator either: she reaches ipybox's user's files
+    alone.write_text(f"carol {ALICE}\n")
+    args = ["--auth-tokens", str(alone), "--sandbox"]
+    with running_http_ipybox(workspace, state, tmp_path / "log0", args, command=command, env=env) as (_, url):
+        async with connect(url, ALICE, "auto") as client:
+            said = text_of(await client.call_tool("install_package", {"package_name": PROBE}))
+            assert "--shared-trust" in said, said
+            arguments = {"server_name": "x", "server_params": _stdio_servers(ran)[0]}
+            said = text_of(await client.call_tool("register_mcp_server", arguments))
+            assert "by URL only" in said, said
     start_python(python)
     assert not marker.exists() and not ran.exists()
     audit = (workspace / "users" / "alice" / ".ipybox" / "audit.jsonl").read_text()
@@ -116,9 +133,9 @@ async def test_users_of_a_shared_server_run_no_programs_on_the_host(
 
 @pytest.mark.timeout(180)
 async def test_stdio_servers_registered_while_allowed_run_no_users_code_later(tmp_path: Path) -> None:
-    """A stdio server a user registered while the server had one user stays in her registry; once
-    a second user joins, her kernel's calls would start it on the host: her code is refused, naming
-    the servers, where they are registered and what to do."""
+    """A stdio server a user registered while the server trusted its users stays in her registry;
+    once it no longer does, her kernel's calls would start it on the host: her code is refused,
+    naming the servers, where they are registered and what to do."""
     require_sandbox()
     from .test_clients import NOTES_SERVER
 
@@ -127,8 +144,9 @@ async def test_stdio_servers_registered_while_allowed_run_no_users_code_later(tm
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice {ALICE}\n")
     notes = {"command": sys.executable, "args": [str(NOTES_SERVER)]}
-    with running_http_ipybox(workspace, state, tmp_path / "log1", ["--auth-tokens", str(tokens)]) as (_, url):
-        async with connect(url, ALICE, "auto") as client:  # one user: her programs may run on the host
+    trusted = ["--auth-tokens", str(tokens), "--shared-trust"]
+    with running_http_ipybox(workspace, state, tmp_path / "log1", trusted) as (_, url):
+        async with connect(url, ALICE, "auto") as client:  # trusted: her programs may run on the host
             said = text_of(
                 await client.call_tool(
                     "register_mcp_server", {"server_name": "notes", "server_params": notes}
