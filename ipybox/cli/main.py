@@ -52,6 +52,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     workspace = _workspace(args)
     from ipybox.kernel_mgr.gateway import gateway_option_problem
     from ipybox.mcp_server import ApprovalPolicy, ServerOptions, create_server
+    from ipybox.mcp_server.auth import LocalToken
     from ipybox.sandbox import WORKSPACE_CONFIG, SandboxError, check_sandbox
 
     approval = ApprovalPolicy.parse(args.approval)  # files named relative to where ipybox started
@@ -60,7 +61,10 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     verifier, auth = _authentication(args)
     audit_log = args.audit_log.expanduser().resolve() if args.audit_log else None
     os.chdir(workspace)  # the kernel's working directory, and where `.env` is read
-    if (workspace / ".env").is_file():  # a directory: a running sandbox's stand-in
+    # WORKSPACE/.env is the local principal's: where users have homes of their own, it stays out of
+    # ipybox's environment, which every user's kernels (KERNEL_ENV_*) and `--allow-env` draw on
+    users_homes = verifier is not None and not isinstance(verifier, LocalToken) and not args.shared_workspace
+    if (workspace / ".env").is_file() and not users_homes:  # a directory: a running sandbox's stand-in
         load_dotenv(workspace / ".env", override=False, interpolate=False)  # `${VAR}` is kept as written
 
     if args.sandbox and args.sandbox_config is None and (workspace / WORKSPACE_CONFIG).is_file():
@@ -90,6 +94,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
         resume=args.resume,
         spilled_outputs=args.max_spilled_outputs,
         spilled_bytes=args.max_spilled_bytes,
+        users_run_on_host=args.shared_trust,
     )
     if args.transport == "streamable-http":
         _check_listen(args.host, args.port)  # before the server: a port in use is one clear line
@@ -260,11 +265,9 @@ def _public_url(args: argparse.Namespace) -> str:
 
 def _refuse_shared_trust(args: argparse.Namespace, verifier: Any) -> None:
     """Several users without `--sandbox` read each other's secrets, unless the operator said that is fine."""
-    from ipybox.mcp_server.auth import JwtVerifier, TokenFile
+    from ipybox.mcp_server.auth import JwtVerifier
 
-    names = verifier.names if isinstance(verifier, TokenFile) else set()
-    several = isinstance(verifier, JwtVerifier) or len(names) > 1
-    if several and not args.sandbox and not args.shared_trust:
+    if _several_users(verifier) and not args.sandbox and not args.shared_trust:
         who = "JWTs of many users" if isinstance(verifier, JwtVerifier) else "several users in --auth-tokens"
         raise ValueError(
             f"refusing {who} without --sandbox: every user's kernels would run as this operating-system "
@@ -273,6 +276,13 @@ def _refuse_shared_trust(args: argparse.Namespace, verifier: Any) -> None:
             "each user's kernels to their own workspace and hides other users' processes; or add "
             "--shared-trust if these users may see each other's files and secrets"
         )
+
+
+def _several_users(verifier: Any) -> bool:
+    """Whether the verifier admits more than one user (JWTs, or a token file of several names)."""
+    from ipybox.mcp_server.auth import JwtVerifier, TokenFile
+
+    return isinstance(verifier, JwtVerifier) or (isinstance(verifier, TokenFile) and len(verifier.names) > 1)
 
 
 def _announce_token(verifier: Any, url: str) -> None:

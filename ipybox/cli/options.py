@@ -348,7 +348,9 @@ OPTIONS: dict[str | None, tuple[str | None, dict[str, dict[str, Any]]]] = {
                 "help": (
                     "let several users (--auth-tokens with more than one NAME, or JWTs) share kernels' "
                     "operating-system user without --sandbox, so each can read the others' files, .env "
-                    "secrets and kernel environments; without it ipybox refuses that setup"
+                    "secrets and kernel environments (without it ipybox refuses that setup); and let "
+                    "users (also a single one) have programs run on the host as ipybox's user "
+                    "(install_package, stdio MCP servers)"
                 ),
             },
             "--shared-workspace": {

@@ -39,6 +39,11 @@ class Homes:
         self._audit_log = audit_log
 
     @property
+    def shared(self) -> bool:
+        """Whether authenticated principals share WORKSPACE (and its registered servers)."""
+        return self._shared
+
+    @property
     def tree(self) -> Path:
         """Where the users' homes lie."""
         return self.root / "users"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import time
@@ -34,9 +35,20 @@ def user_name(principal: str) -> str | None:
     return None
 
 
+#: User names shown as they are; any other (`local`, empty, not ASCII, with spaces or brackets) is
+#: shown quoted, with JSON escapes, so it cannot read as the local principal or as another user.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
+
+
 def shown(principal: str) -> str:
-    """A principal as people read it: its user's name, or `local`."""
-    return user_name(principal) or LOCAL
+    """A principal as people read it (in the audit log's `by`): `local`, or its user's name,
+    quoted where it could pass for another principal."""
+    name = user_name(principal)
+    if name is None:
+        return LOCAL
+    if name != LOCAL and _PLAIN_NAME.fullmatch(name):
+        return name
+    return json.dumps(name)
 
 
 DEFAULT_KERNEL = "default"
@@ -64,6 +76,8 @@ ExecutorFactory = Callable[[str, str], CodeExecutor]
 """Makes the (not yet started) executor of a principal's named kernel."""
 StartHook = Callable[[str, str, CodeExecutor], Awaitable[str]]
 """Runs on a principal's named kernel once started, before its first use: a notice for that use, or ""."""
+StopHook = Callable[[str, str, CodeExecutor], None]
+"""Runs when a principal's named kernel is stopped (idle, or making room), before it stops."""
 
 
 class KernelPool:
@@ -81,11 +95,13 @@ class KernelPool:
         idle_timeout: float | None,
         max_kernels: int,
         on_start: StartHook | None = None,
+        on_stop: StopHook | None = None,
     ) -> None:
         if max_kernels < 1:
             raise ValueError(f"max_kernels must be at least 1, got {max_kernels}")
         self._factory = factory
         self._on_start = on_start
+        self._on_stop = on_stop
         self.idle_timeout = idle_timeout
         self.max_kernels = max_kernels
         self._kernels: dict[tuple[str, str], _Kernel] = {}
@@ -176,6 +192,8 @@ class KernelPool:
             "variables and imports from before are gone]"
         )
         logger.info("stopping kernel %r of %r: %s", key[1], key[0], why)
+        if self._on_stop is not None:
+            self._on_stop(*key, kernel.executor)
         task = asyncio.create_task(kernel.executor.stop())
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)

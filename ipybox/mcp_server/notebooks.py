@@ -118,6 +118,17 @@ class Notebooks:
         handle = asyncio.get_running_loop().call_later(self._delay, self._write_due, key)
         self._due[key] = (executor, handle)
 
+    def stopped(self, principal: str, kernel: str, executor: CodeExecutor) -> None:
+        """A stopped kernel's notebook is written now and its record let go (its next start reads
+        the notebook back): records of stopped kernels kept in memory (up to `--max-image-bytes`
+        each) would let a user who cycles kernel names grow ipybox without bound. A record whose
+        notebook cannot be written is kept."""
+        key = (principal, kernel)
+        if (due := self._due.pop(key, None)) is not None:
+            due[1].cancel()
+        if self._write_now(key, executor):
+            self._records.pop(key, None)
+
     def _write_due(self, key: tuple[str, str]) -> None:
         executor, _ = self._due.pop(key)
         task = asyncio.create_task(self._write(key, executor))
@@ -125,12 +136,18 @@ class Notebooks:
         task.add_done_callback(self._writing.discard)
 
     async def _write(self, key: tuple[str, str], executor: CodeExecutor) -> None:
+        self._write_now(key, executor)
+
+    def _write_now(self, key: tuple[str, str], executor: CodeExecutor) -> bool:
+        """Write the kernel's notebook; whether it was written."""
         principal, kernel = key
         try:
             path = self._homes.notebook(principal, kernel)
             executor.save_notebook(path)  # on the loop, which fills the record: atomic, no link followed
         except (OSError, HomeError, IpyboxError, ValueError) as e:  # a link planted there, say
             logger.error("not writing the notebook of kernel %r: %s", kernel, e)
+            return False
+        return True
 
     async def close(self) -> None:
         """Write the notebooks still due, and wait for those being written."""

@@ -81,6 +81,11 @@ class ServerOptions:
     #: (None: no limit); the oldest go first.
     spilled_outputs: int | None = 100
     spilled_bytes: int | None = 256 << 20
+    #: Authenticated users may have ipybox run programs on the host for them: install_package
+    #: (into ipybox's own environment, which every principal's kernels run) and stdio MCP servers
+    #: (outside every sandbox). Either reaches ipybox's user's files and the other users' homes:
+    #: only where the operator trusts the users with that (`--shared-trust`).
+    users_run_on_host: bool = False
 
 
 def create_server(
@@ -99,6 +104,7 @@ def create_server(
         idle_timeout=options.kernel_idle_timeout,
         max_kernels=options.max_kernels,
         on_start=notebooks.started,
+        on_stop=notebooks.stopped,
     )
     parked = ParkedRuns(options.approval_ttl)
     on_gateway = executor_options.kernel_gateway_url is not None
@@ -111,6 +117,7 @@ def create_server(
         parked=parked,
         spill=Spill(options.spilled_outputs, options.spilled_bytes),
         notebooks=notebooks,
+        users_run_on_host=options.users_run_on_host,
     )
 
     @contextlib.asynccontextmanager

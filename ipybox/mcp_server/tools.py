@@ -16,6 +16,7 @@ from mcp_types import ImageContent, InputRequiredResult, TextContent
 
 from ipybox.code_exec import CodeExecutionError, CodeExecutionResult
 from ipybox.mcp_apigen import generate_mcp_sources
+from ipybox.mcp_client.params import transport_of
 from ipybox.mcp_client.placeholders import PlaceholderError, placeholder_names
 from ipybox.mcp_server import channels
 from ipybox.mcp_server.approval import ApprovalPolicy, ReadOnlyTools, Verdict
@@ -29,6 +30,7 @@ from ipybox.mcp_server.kernels import (
     KernelPool,
     check_kernel_name,
     shown,
+    user_name,
     user_principal,
 )
 from ipybox.mcp_server.live import LiveView, follow, interrupted_if_client_leaves
@@ -36,6 +38,7 @@ from ipybox.mcp_server.notebooks import Notebooks
 from ipybox.mcp_server.output import Spill, truncate
 from ipybox.mcp_server.siblings import Siblings
 from ipybox.sandbox.owned import HomeError
+from ipybox.tool_exec import registry
 from ipybox.tool_exec.approval import display
 from ipybox.tool_exec.approval.client import ApprovalRequest
 from ipybox.tool_exec.audit import AuditLog
@@ -45,6 +48,21 @@ logger = logging.getLogger(__name__)
 _NO_ELICITATION = (
     "[ipybox: this client cannot ask you (no elicitation support), so tool calls from code run "
     "without approval; see the audit log]"
+)
+_NO_USER_INSTALLS = (
+    "install_package is off for the users of this server: it installs into ipybox's own Python "
+    "environment, which every user's kernels (and ipybox itself, outside any sandbox) run, so a "
+    "package one user installs would run its code in the others' kernels and on the host. Ask the "
+    "operator to install {spec!r} into that environment, or to start ipybox with --shared-trust if "
+    "its users may run programs as ipybox's user."
+)
+_NO_USER_STDIO = (
+    "server_params name a command: a stdio MCP server runs as a program on the ipybox host, outside "
+    "every sandbox, where it could read the files of ipybox's user and of every user, so on this "
+    "server users register "
+    "servers by URL only ({'url': 'https://…/mcp', 'headers': {…}}). Ask the operator to run this "
+    "server and give you its URL, or to start ipybox with --shared-trust if the users may run "
+    "programs as ipybox's user."
 )
 Content = list[TextContent | ImageContent]
 
@@ -71,6 +89,7 @@ class Tools:
         parked: ParkedRuns,
         spill: Spill,
         notebooks: Notebooks,
+        users_run_on_host: bool = False,
     ) -> None:
         self.kernels = kernels
         self.home = home
@@ -80,6 +99,7 @@ class Tools:
         self.parked = parked
         self.spill = spill
         self.notebooks = notebooks
+        self.users_run_on_host = users_run_on_host
         self._told_no_elicitation: set[str] = set()  # principals whose reply said calls ran unasked
         self._untold: set[str] = set()  # principals whose calls ran unasked, not yet told
         self.siblings = Siblings(home.root)
@@ -99,6 +119,8 @@ class Tools:
         root = self._workspace(who)
         self.kernels.prewarm(who)  # code that uses the API comes next: its kernel starts meanwhile
         try:
+            if not self._runs_on_host(who) and transport_of(server_params) == "stdio":
+                raise ValueError(_NO_USER_STDIO)
             modules = await generate_mcp_sources(
                 server_name, server_params, root / "mcptools", workspace=root, allow_env=self.allow_env
             )
@@ -144,7 +166,7 @@ class Tools:
             run, view = parked
             await channels.answer(run, ctx.input_responses, by)
         else:
-            self._workspace(who)
+            self._refuse_host_servers(who, self._workspace(who))
             run, view = self._start(code, ctx, who, kernel, timeout, max_output_chars)
             await self.parked.abandon(who, kernel)
         async with interrupted_if_client_leaves(run, ctx.request_context.request):
@@ -185,6 +207,29 @@ class Tools:
             subscribers=subscribers,
         )
         return run, view
+
+    def _runs_on_host(self, who: str) -> bool:
+        """Whether ipybox may run programs on the host for `who` (see `ServerOptions.users_run_on_host`)."""
+        return user_name(who) is None or self.users_run_on_host
+
+    def _refuse_host_servers(self, who: str, root: Path) -> None:
+        """A user who may not have programs run on the host, but whose workspace has stdio servers
+        registered (while the server allowed it: one user, or --shared-trust), runs no code: the
+        kernel's calls would start them on the host. A shared workspace's servers are the operator's
+        to share (`--shared-workspace`)."""
+        if self._runs_on_host(who) or self.home.shared:
+            return
+        stdio = sorted(
+            name for name, known in registry.registered(root).items() if any("command" in p for p in known)
+        )
+        if stdio:
+            raise ToolError(
+                f"Your workspace has stdio MCP servers registered ({', '.join(stdio)}): programs that run "
+                "on the ipybox host, registered while this server let users do that (--shared-trust). It "
+                "no longer does, so your code does not run while they are registered: ask the operator to "
+                f"remove them from {registry.registry_file(root)} (register them again by URL), or to "
+                "start ipybox with --shared-trust if the users may run programs as ipybox's user."
+            )
 
     def _workspace(self, who: str) -> Path:
         """The principal's workspace; a home ipybox refuses (one it did not make) is the tool's error."""
@@ -228,6 +273,8 @@ class Tools:
         """Install a package for the kernel, with network: "numpy>=1.26" or "git+https://..." (not !pip)."""
         who = principal()
         self._workspace(who)
+        if not self._runs_on_host(who):
+            raise ToolError(display.acting(_NO_USER_INSTALLS.format(spec=package_name)))
         # the reply quotes the installer, which quotes what a package's build printed (on a
         # gateway, the kernel's own output): data to the person the client shows it to
         try:

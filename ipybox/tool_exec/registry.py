@@ -92,6 +92,17 @@ def _parse(path: str, mtime_ns: int, size: int) -> dict[str, list[str]]:
     return {}
 
 
+def registered(workspace: Path) -> dict[str, list[dict[str, Any]]]:
+    """The servers registered in `workspace` itself (not those for every workspace), each with the
+    parameters it was registered with."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for name, known in _entries(str(registry_file(workspace))).items():
+        for params in known:
+            with contextlib.suppress(json.JSONDecodeError):
+                found.setdefault(name, []).append(json.loads(params))
+    return found
+
+
 def register(server_name: str, params: Mapping[str, Any], workspace: Path | None = None) -> None:
     """Record that the application trusts `server_name` with exactly these (unresolved) params in
     `workspace`; `None` trusts it in every workspace of this user (ipybox itself never does that)."""

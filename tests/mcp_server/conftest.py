@@ -150,16 +150,23 @@ async def open_ipybox(
 
 
 def start_http_ipybox(
-    workspace: Path, state_dir: Path, log_file: Path, timeout: float = 30, args: Sequence[str] = ()
+    workspace: Path,
+    state_dir: Path,
+    log_file: Path,
+    timeout: float = 30,
+    args: Sequence[str] = (),
+    *,
+    command: Sequence[str] = IPYBOX_COMMAND,
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start `ipybox --transport streamable-http` on a free port (output to `log_file`) and wait
     until it listens; the process and its MCP URL. The caller stops the process."""
     port = free_port()
     with log_file.open("w") as log:
         process = subprocess.Popen(
-            [*IPYBOX_COMMAND, "--workspace", str(workspace), "--transport", "streamable-http"]
+            [*command, "--workspace", str(workspace), "--transport", "streamable-http"]
             + ["--host", "127.0.0.1", "--port", str(port), *args],
-            env=server_env(state_dir),
+            env=server_env(state_dir) | (env or {}),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -178,10 +185,16 @@ def http_token(state_dir: Path) -> str:
 
 @contextlib.contextmanager
 def running_http_ipybox(
-    workspace: Path, state_dir: Path, log_file: Path, args: Sequence[str] = ()
+    workspace: Path,
+    state_dir: Path,
+    log_file: Path,
+    args: Sequence[str] = (),
+    *,
+    command: Sequence[str] = IPYBOX_COMMAND,
+    env: dict[str, str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """`start_http_ipybox`, stopped (SIGTERM, then SIGKILL after 15 s) when the block ends."""
-    process, url = start_http_ipybox(workspace, state_dir, log_file, args=args)
+    process, url = start_http_ipybox(workspace, state_dir, log_file, args=args, command=command, env=env)
     try:
         yield process, url
     finally:

@@ -21,10 +21,10 @@ from servers.launch import SANDBOX_PATH, require_sandbox, sandbox_unavailable
 from ipybox import CodeExecutor
 from ipybox.mcp_server.auth import JwtVerifier, TokenFile
 from ipybox.mcp_server.homes import Homes
-from ipybox.mcp_server.kernels import LOCAL, user_principal
+from ipybox.mcp_server.kernels import LOCAL, shown, user_principal
 from ipybox.sandbox.owned import HomeError
 
-from .conftest import open_ipybox, running_http_ipybox
+from .conftest import open_ipybox, running_http_ipybox, text_of
 from .test_jwt import AUDIENCE, ISSUER, _jwks, token
 
 #: What a kernel leaves for a user before the user's first arrival, one home per route.
@@ -160,20 +160,53 @@ async def test_no_user_name_is_the_local_principal(tmp_path: Path) -> None:
     assert homes.workspace(LOCAL) == workspace
 
 
-async def test_token_user_named_local_works_in_its_own_home(tmp_path: Path) -> None:
-    """The whole route: a token-file user called `local` runs code in WORKSPACE/users/local."""
+async def test_no_user_name_reads_as_another_principal_in_the_audit_log(tmp_path: Path) -> None:
+    """The audit log's `by` (shared with `--audit-log` or `--shared-workspace`) names whoever
+    decided: no token-file name or JWT subject reads as the local principal or as another user."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("local local-token-0123456789\nalice alice-token-0123456789\n")
+    (tmp_path / "jwks.json").write_text(_jwks())
+    verifiers = TokenFile(tokens), JwtVerifier(ISSUER, AUDIENCE, str(tmp_path / "jwks.json"))
+    found = [await verifiers[0].verify_token(t) for t in ("local-token-0123456789", "alice-token-0123456789")]
+    lookalikes = ["alice) through the client; (bob", "\u0430lice", "alice\u200b", "alice ", "alice\n"]
+    found += [await verifiers[1].verify_token(token(sub=sub)) for sub in [*_LOCAL_NAMES, *lookalikes]]
+    principals = [LOCAL, *(user_principal(access.client_id) for access in found if access is not None)]
+    assert len(principals) == 3 + len(_LOCAL_NAMES) + len(lookalikes)
+    by = [f"user ({shown(p)}) through the client" for p in principals]
+    assert len(set(by)) == len(set(principals)), by  # the token user and the subject `local` are one
+    assert by[:3] == [f"user ({n}) through the client" for n in ("local", '"local"', "alice")]
+    assert all(s.isprintable() and s.isascii() for s in by), by
+
+
+async def test_token_user_named_local_works_in_its_own_home_without_the_local_env(tmp_path: Path) -> None:
+    """The whole route: a token-file user called `local` runs code in WORKSPACE/users/local, with
+    the `.env` of that home; the workspace's own `.env` (the local principal's secrets) reaches
+    neither the user's kernel (KERNEL_ENV_*) nor the user's `${VAR}`s (also through --allow-env)."""
     from .test_clients import connect, output
 
     workspace, state = tmp_path / "ws", tmp_path / "state"
     workspace.mkdir()
     (workspace / "local-only.txt").write_text("the local principal's\n")
+    (workspace / ".env").write_text("KERNEL_ENV_OWNER_SECRET=owner-s3cret\nOWNER_TOKEN=owner-token\n")
     tokens = tmp_path / "tokens"
     tokens.write_text("local local-token-0123456789\n")
-    args = ["--auth-tokens", str(tokens)]
+    args = ["--auth-tokens", str(tokens), "--allow-env", "OWNER_TOKEN", "--spare-kernels", "0"]
     with running_http_ipybox(workspace, state, tmp_path / "log", args=args) as (_, url):
         async with connect(url, "local-token-0123456789", "auto") as client:
-            seen = await output(client, "import os; print(os.getcwd(), os.path.exists('local-only.txt'))")
-    assert seen == f"{workspace / 'users' / 'local'} False"
+            made = await client.call_tool("install_package", {"package_name": "-r x"})  # makes the home
+            assert made.is_error and "--shared-trust" in text_of(made)
+            (workspace / "users" / "local" / ".env").write_text("KERNEL_ENV_OWN=mine\nOWN_TOKEN=t\n")
+            code = "import os; print(os.getcwd(), os.path.exists('local-only.txt'), "
+            seen = await output(client, code + "os.environ.get('OWNER_SECRET'), os.environ.get('OWN'))")
+            for variable in ("OWNER_TOKEN", "OWN_TOKEN"):
+                params = {"url": "http://127.0.0.1:9/mcp", "headers": {"X": f"${{{variable}}}"}}
+                said = text_of(
+                    await client.call_tool(
+                        "register_mcp_server", {"server_name": "s", "server_params": params}
+                    )
+                )
+                assert ("cannot be filled" in said) == (variable == "OWNER_TOKEN"), said
+    assert seen == f"{workspace / 'users' / 'local'} False None mine"
 
 
 async def test_env_file_values_reach_the_kernel_alone_and_literally(

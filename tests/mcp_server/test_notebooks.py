@@ -182,3 +182,58 @@ async def test_sandboxed_kernel_cannot_forge_its_notebook(workspace: Path, state
     assert sorted(os.listdir(workspace / ".ipybox" / "notebooks")) == ["default.ipynb"]
     async with stdio(workspace, state_dir, "legacy", "--sandbox", "--resume", user=User()) as client:
         assert (await output(client, "print(secret)")).endswith("kept")
+
+
+#: A cell that displays `count` incompressible PNGs of 2 MiB each (what a record keeps whole).
+_BIG_IMAGES = """
+import os, struct, zlib
+from IPython.display import Image, display
+def chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+head = chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 0, 0, 0, 0))
+for _ in range({count}):
+    png = b'\\x89PNG\\r\\n\\x1a\\n' + head + chunk(b'IDAT', os.urandom(2 << 20)) + chunk(b'IEND', b'')
+    display(Image(data=png, format='png'))
+print('{kernel}')
+"""
+
+
+def _cmdline(process: Any) -> list[str]:
+    import psutil
+
+    try:
+        return list(process.cmdline())
+    except psutil.Error:  # gone, or a zombie of an earlier test
+        return []
+
+
+async def test_cycling_kernel_names_does_not_grow_ipybox(workspace: Path, state_dir: Path) -> None:
+    """A user who runs each cell in a new kernel name (each stopping the least recently used one)
+    had every stopped kernel's record, images included, kept in ipybox's memory for good: now a
+    stopped kernel's notebook is written and its record let go, and the kernel taken up again
+    continues its notebook from the file."""
+    import psutil
+    from mcp import StdioServerParameters
+    from mcp.client.client import Client
+
+    from .conftest import IPYBOX_COMMAND, NO_SPARE, server_env
+
+    args = ["--workspace", str(workspace), *NO_SPARE, "--max-kernels", "1", "--max-image-bytes", "16M"]
+    # freed images go back to the system at once, so the resident size follows what is kept
+    env = server_env(state_dir) | {"MALLOC_MMAP_THRESHOLD_": "131072"}
+    params = StdioServerParameters(command=IPYBOX_COMMAND[0], args=[*IPYBOX_COMMAND[1:], *args], env=env)
+    async with Client(params, mode="auto") as client:
+        server = next(
+            p for p in psutil.Process().children(recursive=True) if "--max-image-bytes" in _cmdline(p)
+        )
+        sizes = []
+        for number in range(5):
+            kernel = f"k{number}"
+            assert kernel in await output(client, _BIG_IMAGES.format(count=8, kernel=kernel), kernel=kernel)
+            sizes.append(server.memory_info().rss)
+        again = await output(client, "print('k0 again')", kernel="k0")
+    grown = (sizes[-1] - sizes[1]) >> 20  # from the first stop on (which loads what writing needs)
+    assert grown < 24, f"ipybox grew by {grown} MiB over 3 stopped kernels of 16 MiB of images each: {sizes}"
+    assert "was stopped" in again
+    sources = [c.source for c in _notebook(workspace, "k0").cells if c.cell_type == "code"]
+    assert "print('k0')" in sources[0] and sources[-1] == "print('k0 again')", sources
