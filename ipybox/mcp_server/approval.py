@@ -114,8 +114,11 @@ QUESTION_TITLE = "Allow this call from code running in ipybox?"
 QUESTION_VALUE_LIMIT = 500
 #: Characters all arguments of a question take before each gets an equal share (see `display`).
 QUESTION_ARGS_LIMIT = 3000
-#: Seconds the full arguments of a question stay in the state directory.
+#: Seconds the full arguments of a question stay in the state directory, and how many files and
+#: bytes of them at most (the newest kept): a kernel can ask any number of questions.
 _SPILL_KEEP = 86400
+_SPILL_FILES = 200
+_SPILL_BYTES = 64 << 20
 
 
 def describe_call(server: str, tool: str, args: dict[str, Any]) -> str:
@@ -157,20 +160,39 @@ class _Spill:
 
 def _spill(args: dict[str, Any]) -> str:
     text = json.dumps(args, ensure_ascii=True, indent=1, default=repr)
+    if len(text) > _SPILL_BYTES // 4:  # one question may not push out all the others
+        return f"all of it ({len(text):,} characters) is too much to keep: decline unless you know what it is"
     folder = state_dir() / "approvals"
     path = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for old in folder.glob("*.json"):  # a day's questions are kept
-            with contextlib.suppress(OSError):
-                if old.stat().st_mtime < time.time() - _SPILL_KEEP:
-                    old.unlink()
+        _prune(folder, room=len(text))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(text)
     except OSError as e:
         return f"all of it could not be saved ({e.strerror or e}): decline unless you know what it holds"
     return f"all arguments, in full: {display.escape(str(path))} on the ipybox host"
+
+
+def _prune(folder: Path, room: int) -> None:
+    """Remove the saved questions older than a day, then the oldest until one more file of `room`
+    bytes stays within `_SPILL_FILES` and `_SPILL_BYTES`."""
+    saved = []
+    for entry in folder.glob("*.json"):
+        with contextlib.suppress(OSError):
+            info = entry.stat()
+            if info.st_mtime < time.time() - _SPILL_KEEP:
+                entry.unlink()
+            else:
+                saved.append((info.st_mtime, info.st_size, entry))
+    saved.sort()
+    total = sum(size for _, size, _ in saved)
+    while saved and (len(saved) >= _SPILL_FILES or total + room > _SPILL_BYTES):
+        _, size, entry = saved.pop(0)
+        total -= size
+        with contextlib.suppress(OSError):
+            entry.unlink()
 
 
 class ReadOnlyTools:

@@ -168,3 +168,25 @@ def test_a_long_shell_command_fits_the_question(state_dir: Path) -> None:
         assert len(lines) <= 50 and len(question) <= 3_000, (len(lines), len(question))
         assert f"…[not all shown: {len(cmd):,} characters on " in question, question[-300:]
         assert "; all arguments, in full: " in question, question[-300:]
+
+
+def test_saved_questions_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel can ask any number of questions with long arguments: the files that hold them in
+    full are bounded (the newest kept), and one too large to keep is said to be, not saved."""
+    from ipybox.mcp_server import approval
+
+    monkeypatch.setenv("IPYBOX_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(approval, "_SPILL_FILES", 5)
+    monkeypatch.setattr(approval, "_SPILL_BYTES", 40_000)
+    folder = tmp_path / "approvals"
+    said = [approval._spill({"n": n, "text": "x" * 9_000}) for n in range(12)]
+    kept = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime)
+    assert len(kept) == 4 and sum(p.stat().st_size for p in kept) <= 40_000  # by bytes: 4 of ~9 KB
+    assert [json.loads(p.read_text())["n"] for p in kept] == [8, 9, 10, 11]  # the newest
+    assert all("all arguments, in full:" in s for s in said)
+    for n in range(12, 20):
+        approval._spill({"n": n})
+    assert len(list(folder.iterdir())) == 5  # by number
+    huge = approval._spill({"text": "x" * 20_000})
+    assert "too much to keep: decline unless you know what it is" in huge
+    assert len(list(folder.iterdir())) == 5
