@@ -171,23 +171,30 @@ print("DEMO ENDED")
 """
 
 
-def test_demo_prompt_on_a_real_terminal_shows_the_hidden_argument(tmp_path: Path) -> None:
-    """The quickstart's own prompt code, in tmux: what is on the screen is what will run."""
+def _demo_in_tmux(tmp_path: Path, demo: str, name: str) -> tuple[str, list[str]]:
+    """Run the quickstart script `demo` in a detached 160x50 tmux session of its own (skipped
+    without tmux); its tmux binary and the socket arguments that reach that session."""
     tmux = shutil.which("tmux")
     if tmux is None:
         pytest.skip("tmux is not installed (apt-get install -y tmux): the terminal check needs it")
     script = tmp_path / "demo.py"
-    script.write_text(_DEMO)
+    script.write_text(demo)
     env = {
         "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}",
         "HOME": os.environ["HOME"],
         "IPYBOX_STATE_DIR": str(tmp_path / "state"),
         "TERM": "xterm-256color",
     }
-    socket = ["-L", f"ipybox-test-{os.getpid()}", "-f", "/dev/null"]
+    socket = ["-L", f"ipybox-test-{name}-{os.getpid()}", "-f", "/dev/null"]
     command = f"{sys.executable} {script} {tmp_path / 'ws'}; sleep 600"
     session = ["new-session", "-d", "-x", "160", "-y", "50", command]
     subprocess.run([tmux, *socket, *session], env=env, check=True)
+    return tmux, socket
+
+
+def test_demo_prompt_on_a_real_terminal_shows_the_hidden_argument(tmp_path: Path) -> None:
+    """The quickstart's own prompt code, in tmux: what is on the screen is what will run."""
+    tmux, socket = _demo_in_tmux(tmp_path, _DEMO, "redraw")
     try:  # OSC 52 sets a tmux buffer, as it sets the clipboard of many terminals
         subprocess.run([tmux, *socket, "set-option", "-g", "set-clipboard", "on"], check=True)
         screen = _screen_once(tmux, socket, _PROMPT)
@@ -251,22 +258,7 @@ def test_demo_prompt_is_answered_only_by_keys_pressed_after_it_is_shown(tmp_path
     """The quickstart's prompt in tmux: keys typed before a question was on the screen (an extra
     Enter after the last answer, a "y" typed while the agent's code still ran) are dropped, not
     taken as its answer; and Enter alone declines."""
-    tmux = shutil.which("tmux")
-    if tmux is None:
-        pytest.skip("tmux is not installed (apt-get install -y tmux): the terminal check needs it")
-    script = tmp_path / "demo.py"
-    script.write_text(_DEMO.replace(repr(_REDRAWING_CALL), repr(_TYPED_AHEAD)))
-    env = {
-        "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}",
-        "HOME": os.environ["HOME"],
-        "IPYBOX_STATE_DIR": str(tmp_path / "state"),
-        "TERM": "xterm-256color",
-    }
-    socket = ["-L", f"ipybox-test-ahead-{os.getpid()}", "-f", "/dev/null"]
-    command = f"{sys.executable} {script} {tmp_path / 'ws'}; sleep 600"
-    subprocess.run(
-        [tmux, *socket, "new-session", "-d", "-x", "160", "-y", "50", command], env=env, check=True
-    )
+    tmux, socket = _demo_in_tmux(tmp_path, _DEMO.replace(repr(_REDRAWING_CALL), repr(_TYPED_AHEAD)), "ahead")
     keys = [tmux, *socket, "send-keys"]
     try:
         _screen_once(tmux, socket, re.compile(r"echo\(message=\"hello\"\)\? \[y/N\] ?$", re.M))
