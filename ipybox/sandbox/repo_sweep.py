@@ -93,6 +93,9 @@ class RepoSweep:
         self._real: dict[str, str] = {}  # each root as given: its real path
         self._read_only: set[str] = set()
         self._existing: set[str] = set()  # folders that existed when a kernel started (real paths)
+        #: The paths (real) the latest start kept read-only: a setting an earlier start kept may be
+        #: past `autorun.MAX_PROTECTED` at the next (a kernel made many shallower ones), writable
+        self._kept_now: set[str] = set()
         self._settings: list[str] = []  # `FOLDER_SETTINGS` found in them by the sweep under way
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -120,6 +123,7 @@ class RepoSweep:
         kernel may have replaced it since, before a sweep), and is made again here, before the
         next kernel starts. Cheap (a kernel's start waits on it): the other paths are resolved
         by the next sweep."""
+        read_only = list(read_only)
         with self._lock:
             self.links = {**(kept_links or {}), **self.links}
             for root in roots:
@@ -127,6 +131,8 @@ class RepoSweep:
                 self._real[os.path.abspath(root)] = os.path.realpath(root)
                 self.given["roots"].append(str(root))
             links.restore(self.links, self._real_path)
+            if read_only:  # a start's (the sweep as first made has none)
+                self._kept_now = {self._real_path(os.path.abspath(p)) for p in read_only}
             self.given["unwalked"] += map(str, unwalked)
             self._writable |= {*self._roots, *(os.path.realpath(p) for p in unwalked)}
             for folder in map(os.path.abspath, existing):
@@ -197,14 +203,15 @@ class RepoSweep:
 
     def _set_aside_settings(self) -> None:
         """Set aside the settings the walk found in folders that existed (`add()`'s `existing`)
-        that the kernels made or changed since the sandbox started: not kept read-only (the
-        user's are), not a protected link ipybox made again, changed since (inode change time)."""
+        that the kernels made or changed since the sandbox started: not kept read-only by the
+        latest start (the user's are, but for those past `autorun.MAX_PROTECTED`), not a
+        protected link ipybox made again, changed since (`_changed_since`)."""
         made_again = {self._real_path(os.path.abspath(p)) for p in self.links}
         for path in self._settings:
             if path in made_again:
                 continue
             try:
-                if os.lstat(path).st_ctime_ns < self.since_ns:
+                if not _changed_since(path, self.since_ns):
                     continue
                 _set_aside_path(path)
             except OSError as e:  # gone meanwhile, say; the next sweep looks again
@@ -237,7 +244,7 @@ class RepoSweep:
                     continue
                 names = {e.name: e for e in entries}
                 if folder in self._existing:
-                    self._settings += _added_settings(folder, names, self._read_only)
+                    self._settings += _added_settings(folder, names, self._kept_now)
                 head = names.get("HEAD")
                 git_dir = head is not None and not head.is_dir(follow_symlinks=False)
                 if git_dir:
@@ -375,6 +382,37 @@ def _added_settings(folder: str, names: dict[str, os.DirEntry[str]], read_only: 
         if path and path not in read_only:
             found.append(path)
     return found
+
+
+#: At most this many entries of a settings folder are looked at for a change; one with more
+#: counts as changed (a project's own settings folder holds a few files).
+_MAX_SETTINGS_ENTRIES = 1000
+
+
+def _changed_since(path: str, since_ns: int) -> bool:
+    """Whether the setting `path` or anything in it (a folder's files, at any depth, and where
+    links there lead) changed since `since_ns` (inode change time, which writing a file, making,
+    linking or moving one sets). Not the name alone: a user's settings folder past
+    `autorun.MAX_PROTECTED` is writable, and a kernel that rewrote a file in it in place left
+    the folder's own change time as it was (the next kernel made 300 folders with a `.vscode`
+    shallower than a package's, which was then not kept read-only)."""
+    pending, seen = [path], 0
+    while pending:
+        current = pending.pop()
+        info = os.lstat(current)
+        if info.st_ctime_ns >= since_ns:
+            return True
+        if stat.S_ISLNK(info.st_mode):
+            with contextlib.suppress(OSError):
+                if os.stat(current).st_ctime_ns >= since_ns:
+                    return True
+        elif stat.S_ISDIR(info.st_mode):
+            entries = os.listdir(current)
+            seen += len(entries)
+            if seen > _MAX_SETTINGS_ENTRIES:
+                return True
+            pending += (os.path.join(current, name) for name in entries)
+    return False
 
 
 def _set_aside_path(path: str) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 from servers.launch import NODE_BIN
 
@@ -709,3 +710,24 @@ print(_json.dumps(out))
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
     changed = {k for k in changed if not k.startswith(("alias-", "staging", "loose", "lib", "stash"))}
     assert changed == {".github/workflows/new.yml"}, changed
+
+
+async def test_settings_a_kernel_pushes_out_of_protection_cannot_be_changed(workspace: Path) -> None:
+    """Protection stops at `MAX_PROTECTED` auto-run paths, shallowest first: a kernel that made
+    300 folders with a `.vscode` next to the project's packages had the next kernel's sandbox
+    protect those, not a package's own deeper `.vscode`, which it then rewrote in place, and the
+    sweep passed it over (kept read-only by the first start; the folder's own change time as it
+    was). The sweep sets such a folder aside once anything in it changed."""
+    (workspace / "pkg/inner/.vscode").mkdir(parents=True)
+    tasks = workspace / "pkg/inner/.vscode/tasks.json"
+    tasks.write_text("{}\n")
+    await anyio.sleep(1.1)  # older than the sandbox (the sweep counts a second before its start as its own)
+    plant = "import os\nfor i in range(300):\n    os.makedirs(f'a{i}/.vscode')\n"
+    write = "print(_json.dumps(attempt(lambda: open('pkg/inner/.vscode/tasks.json', 'a').write('EVIL'))))"
+    async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+        await executor.execute(plant)
+        await executor.reset()
+        result = await probe(executor, write)
+    assert result == "ok: 4"  # past the bound, so writable: the sweep is what sets it aside
+    assert not os.path.lexists(workspace / "pkg/inner/.vscode")
+    assert (workspace / "pkg/inner/.vscode.ipybox-disabled/tasks.json").read_text() == "{}\nEVIL"
