@@ -224,7 +224,8 @@ class Tools:
         )
         if stdio:
             raise ToolError(
-                f"Your workspace has stdio MCP servers registered ({', '.join(stdio)}): programs that run "
+                f"Your workspace has stdio MCP servers registered ({', '.join(map(display.name, stdio))}): "
+                "programs that run "
                 "on the ipybox host, registered while this server let users do that (--shared-trust). It "
                 "no longer does, so your code does not run while they are registered: ask the operator to "
                 f"remove them from {registry.registry_file(root)} (register them again by URL), or to "
