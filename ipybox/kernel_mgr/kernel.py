@@ -195,7 +195,6 @@ class Kernel:
         argv += ["--", "-f", str(conn_file), *_KERNEL_OPTIONS]
         if self._cgroup is not None:  # joined before anything runs; srt and the kernel inherit it
             argv = self._cgroup.wrap(argv)
-        argv = reaper.wrap(argv)  # what leaves the process group stays findable for stop()
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *argv,

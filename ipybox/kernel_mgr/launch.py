@@ -37,6 +37,22 @@ def _limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
+#: `prctl` option: orphaned descendants are re-parented to this process, not to init.
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    """Keep what the kernel starts among its descendants, also what leaves its process group
+    (`setsid`, double forks), so that `ipybox.kernel_mgr.reaper` finds and ends it (Linux only;
+    kept across `exec`)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # here, not at the top: only Linux needs it
+
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        sys.stderr.write(f"ipybox: not a child subreaper: {os.strerror(ctypes.get_errno())}\n")
+
+
 def _exit_when_orphaned() -> None:
     """End the kernel (and its process group) once stdin reaches end-of-file."""
     stdin = os.dup(0)
@@ -91,6 +107,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int)
     parser.add_argument("--watch-stdin", action="store_true")
     args, kernel_args = parser.parse_known_args()
+    _become_subreaper()  # before anything is started
     if args.env_file and _apply_env_file(args.env_file):
         # the interpreter and the loader read some variables (PYTHONPATH, LD_*) only at start
         rest = _without_env_file(sys.argv[1:])

@@ -2,9 +2,11 @@
 
 A process that leaves the kernel's process group (`setsid`, a double-forked daemon, `nohup … &`)
 would outlive `stop()` where no cgroup holds the kernel (a normal user without a delegated
-cgroup, or no limits asked for). The kernel's top process is made a *child subreaper* (Linux
-`PR_SET_CHILD_SUBREAPER`, kept across `exec`): orphans are re-parented to it instead of to
-init, so they stay among its descendants, where `kill_descendants` finds them.
+cgroup, or no limits asked for). The kernel's launcher makes itself a *child subreaper*
+(`ipybox.kernel_mgr.launch`, Linux `PR_SET_CHILD_SUBREAPER`) before it runs anything: orphans are
+re-parented to it instead of to init, so they stay among its descendants, where `kill_escaped`
+finds them. In a sandbox, bubblewrap's own process is the init of the kernel's pid namespace and
+holds its orphans the same way.
 """
 
 from __future__ import annotations
@@ -12,25 +14,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 
 import psutil
 
 logger = logging.getLogger(__name__)
-
-_PR_SET_CHILD_SUBREAPER = 36
-_SHIM = (
-    "import ctypes, os, sys\n"
-    f"ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_CHILD_SUBREAPER}, 1, 0, 0, 0)\n"
-    "os.execvp(sys.argv[1], sys.argv[1:])"
-)
-
-
-def wrap(argv: list[str]) -> list[str]:
-    """`argv`, run as a child subreaper (on Linux; elsewhere unchanged)."""
-    if not sys.platform.startswith("linux"):
-        return argv
-    return [sys.executable, "-I", "-S", "-c", _SHIM, *argv]
 
 
 def kill_escaped(pid: int, rounds: int = 5) -> None:

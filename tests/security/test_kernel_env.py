@@ -24,7 +24,7 @@ from servers.launch import SANDBOX_PATH, require_sandbox
 from ipybox import CodeExecutor
 
 _HOST_PROGRAMS = ("node", "bwrap", "socat", "rg", "sh", "env")
-#: What runs before the kernel: the sandbox's programs, the cgroup's and reaper's wrappers.
+#: What runs before the kernel: the sandbox's programs and the cgroup's wrapper.
 _LAUNCH = ("node", "bwrap", "socat", "sh", "dash", "bash", "env")
 _PRELOAD = r"""
 #include <stdio.h>
