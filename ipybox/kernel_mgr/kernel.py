@@ -123,6 +123,34 @@ def kernel_environment(extra: Mapping[str, str] | None, *, proxies: bool = True)
     return env
 
 
+@dataclass(frozen=True)
+class Handover:
+    """A command prefix whose programs read data from ipybox once they run: `argv(path)` is the
+    prefix, told to read the file `path` (a pipe it inherits); `data()` is what ipybox writes
+    there, built after the prefix's first program started, so that building it overlaps their
+    start (the sandbox: srt's node loads its modules while ipybox works out the policy).
+
+    If `data()` raises, the pipe closes empty or cut short, which the reader must refuse; the
+    kernel is stopped and the error raised.
+    """
+
+    argv: Callable[[str], Sequence[str]]
+    data: Callable[[], bytes]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write `data` to the pipe `fd` and close it; a reader that is gone (its start failed, which
+    the start reports) is no error here."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BrokenPipeError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class Kernel:
     """An ipykernel subprocess and an async client connected to it.
 
@@ -142,7 +170,7 @@ class Kernel:
         runtime_dir: Path,
         cwd: Path,
         env: Mapping[str, str],
-        command_prefix: Sequence[str] = (),
+        command_prefix: Sequence[str] | Handover = (),
         limits: ResourceLimits | None = None,
         *,
         own_dir: bool = False,
@@ -154,7 +182,7 @@ class Kernel:
         self._own_dir = own_dir  # `runtime_dir` is this kernel's alone: removed whole by stop()
         self._cwd = cwd
         self._env = dict(env)
-        self._prefix = list(command_prefix)
+        self._prefix = command_prefix if isinstance(command_prefix, Handover) else list(command_prefix)
         self._limits = limits or ResourceLimits()
         self._kernel_env = dict(kernel_env or {})
         if self._limits.message_bytes is not None:  # the kernel's side keeps ordinary output within it
@@ -189,7 +217,13 @@ class Kernel:
             _warn_once(warning)
         # The launcher applies rlimits (if any) and ends the kernel when its stdin (a pipe we
         # hold) closes: that is how a kernel, even in a sandbox, notices ipybox has died.
-        argv = [*self._prefix, sys.executable, "-m", "ipybox.kernel_mgr.launch", "--watch-stdin", *rlimits]
+        pipe: tuple[int, int] | None = None
+        if isinstance(self._prefix, Handover):  # the prefix reads what it is handed from a pipe
+            pipe = os.pipe()
+            prefix = self._prefix.argv(f"/dev/fd/{pipe[0]}")
+        else:
+            prefix = self._prefix
+        argv = [*prefix, sys.executable, "-m", "ipybox.kernel_mgr.launch", "--watch-stdin", *rlimits]
         if self._kernel_env:
             argv += ["--env-file", str(self._write_private(f"{self._name}-env.json", self._env_settings()))]
         argv += ["--", "-f", str(conn_file), *_KERNEL_OPTIONS]
@@ -204,10 +238,18 @@ class Kernel:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                pass_fds=pipe[:1] if pipe is not None else (),
             )
         except BaseException:
+            if pipe is not None:
+                os.close(pipe[1])
             await asyncio.shield(self.stop())
             raise
+        finally:
+            if pipe is not None:
+                os.close(pipe[0])
+        if isinstance(self._prefix, Handover) and pipe is not None:
+            await self._hand_over(self._prefix, pipe[1])
         self._exited = asyncio.create_task(_exit_status(self._process))
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
             client = AsyncKernelClient()
@@ -233,6 +275,21 @@ class Kernel:
             raise
         if self._process.stderr is not None:
             self._stderr_task = asyncio.create_task(self._discard(self._process.stderr))
+
+    async def _hand_over(self, handover: Handover, fd: int) -> None:
+        """Build `handover`'s data while the prefix's programs start, and write it to the pipe
+        `fd` (closed after, also on errors); the kernel is stopped if that fails or is cancelled."""
+        try:
+            try:
+                data = handover.data()
+            except BaseException:
+                os.close(fd)
+                raise
+            # in a thread: data over the pipe's capacity waits for the reader
+            await asyncio.to_thread(_write_all, fd, data)
+        except BaseException:
+            await asyncio.shield(self.stop())
+            raise
 
     @staticmethod
     async def _wait_ready(client: AsyncKernelClient) -> None:

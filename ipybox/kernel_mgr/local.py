@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -14,7 +15,7 @@ from ipybox._host_imports import guard_workspace
 from ipybox.kernel_mgr import transfer
 from ipybox.kernel_mgr.backend import KernelLike, KernelSettings, ToolEndpoint, ToolListener
 from ipybox.kernel_mgr.in_kernel import WORKING_DIR_VAR
-from ipybox.kernel_mgr.kernel import Kernel, kernel_environment
+from ipybox.kernel_mgr.kernel import Handover, Kernel, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.kernel_mgr.runtime_dir import make_runtime_dir, remove_runtime_dir
 from ipybox.sandbox import (
@@ -23,8 +24,9 @@ from ipybox.sandbox import (
     check_sandbox,
     import_paths,
     release_sandbox,
-    sandbox_command,
+    sandbox_policy,
     sandboxed_environment,
+    srt_prefix,
 )
 from ipybox.tool_exec import registry
 from ipybox.tool_exec.audit import AuditLog
@@ -100,7 +102,8 @@ class LocalBackend:
             private.mkdir(mode=0o700)
             if not self.sandbox:
                 return Kernel(private, cwd, env, [], limits, own_dir=True, kernel_env=kernel_env)
-            prefix = sandbox_command(
+            policy = functools.partial(
+                sandbox_policy,
                 self._policy,
                 runtime_dir / f"sandbox-{name}.json",
                 private,
@@ -114,6 +117,9 @@ class LocalBackend:
                 readable=import_paths(settings.env),
                 gpus=self.gpus,
             )
+            # srt starts first and reads the policy from a pipe: its node loads its modules
+            # while the policy is worked out
+            prefix = Handover(functools.partial(srt_prefix, runtime_dir=runtime_dir, workspace=cwd), policy)
             own = {k: v for k, v in kernel_env.items() if k not in SANDBOX_FIXED_VARS}
             return Kernel(
                 private,

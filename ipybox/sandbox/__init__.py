@@ -10,7 +10,9 @@ from ipybox.sandbox.config import (
     release_sandbox,
     runtime_root,
     sandbox_command,
+    sandbox_policy,
     sandbox_problem,
+    srt_prefix,
 )
 from ipybox.sandbox.env import SANDBOX_FIXED_VARS, sandboxed_environment
 from ipybox.sandbox.reads import import_paths
@@ -27,6 +29,8 @@ __all__ = [
     "release_sandbox",
     "runtime_root",
     "sandbox_command",
+    "sandbox_policy",
     "sandbox_problem",
     "sandboxed_environment",
+    "srt_prefix",
 ]

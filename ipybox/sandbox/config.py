@@ -385,7 +385,7 @@ def _literal_binds(policy: dict[str, Any], kept: Sequence[Path]) -> list[str]:
     return binds
 
 
-def sandbox_command(
+def sandbox_policy(
     config_path: Path | None,
     policy_file: Path,
     writable_dir: Path,
@@ -395,9 +395,10 @@ def sandbox_command(
     reachable: Sequence[Path] = (),
     readable: Sequence[Path | str] = (),
     gpus: Gpus = None,
-) -> list[str]:
-    """The command prefix that runs a kernel under `srt` with the effective policy (and `gpus`,
-    if given, in place of its GPU setting).
+) -> bytes:
+    """The effective policy srt runs a kernel under (and `gpus`, if given, in place of its GPU
+    setting), as srt reads it; also written to `policy_file`. Run it before the kernel's
+    `srt_prefix()` reads it: it makes the placeholders and the launcher the policy names.
 
     The policy is written to `policy_file`, which the kernel may not write wherever it lies,
     so sandboxed code cannot loosen the policy of kernels started later. `policy_file` lies in
@@ -410,7 +411,6 @@ def sandbox_command(
     srt starts bubblewrap through ipybox's launcher, written beside `policy_file`. Principals'
     homes are hidden and read-only but for the kernel's own (`ipybox.sandbox.owned`).
     """
-    srt = srt_executable()
     runtime = policy_file.parent.absolute()
     srt_tmp = runtime / "srt"
     srt_tmp.mkdir(mode=0o700, exist_ok=True)
@@ -441,9 +441,36 @@ def sandbox_command(
     launcher = _launcher(config, grant, policy_file.with_suffix(".bwrap"), _literal_binds(policy, keep))
     if launcher is not None:
         policy["bwrapPath"] = launcher
-    policy_file.write_text(json.dumps(policy, indent=1))
+    text = json.dumps(policy, indent=1)
+    policy_file.write_text(text)
     policy_file.chmod(0o400)
-    return _srt_command(srt, policy_file, workspace)
+    return text.encode()
+
+
+def sandbox_command(
+    config_path: Path | None,
+    policy_file: Path,
+    writable_dir: Path,
+    working_dir: Path,
+    protected: Sequence[Path] = (),
+    *,
+    reachable: Sequence[Path] = (),
+    readable: Sequence[Path | str] = (),
+    gpus: Gpus = None,
+) -> list[str]:
+    """The command prefix that runs a kernel under `srt` with the effective policy, built first
+    (`sandbox_policy()`) and read from `policy_file`."""
+    sandbox_policy(
+        config_path,
+        policy_file,
+        writable_dir,
+        working_dir,
+        protected,
+        reachable=reachable,
+        readable=readable,
+        gpus=gpus,
+    )
+    return srt_prefix(str(policy_file), policy_file.parent, working_dir)
 
 
 def _watch(
@@ -458,13 +485,15 @@ def _watch(
     repo_sweep.watch(runtime, sweeps, roots, [*keep, *homes], [private], kept_links, existing)
 
 
-def _srt_command(srt: str, policy_file: Path, workspace: Path) -> list[str]:
-    """srt with `policy_file`, run from the runtime dir that holds it; the kernel in `workspace`."""
-    runtime = policy_file.parent.absolute()
+def srt_prefix(settings: str, runtime_dir: Path, workspace: Path) -> list[str]:
+    """The command prefix that runs a kernel under srt with the policy read from the file
+    `settings` (the policy file, or a pipe that `sandbox_policy()`'s result is written to),
+    srt run from the executor's `runtime_dir`; the kernel in `workspace`."""
+    runtime = runtime_dir.absolute()
     env = which("env") or "/usr/bin/env"
     in_dir = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"']
-    settings = [srt, "--settings", str(policy_file), "--"]
-    return [*in_dir, str(runtime), env, f"TMPDIR={runtime / 'srt'}", *settings, *in_dir, str(workspace)]
+    srt = [srt_executable(), "--settings", settings, "--"]
+    return [*in_dir, str(runtime), env, f"TMPDIR={runtime / 'srt'}", *srt, *in_dir, str(workspace.absolute())]
 
 
 #: Placeholders held by each executor, by its runtime dir.

@@ -16,7 +16,7 @@ import pytest
 from servers.launch import eventually, pid_alive
 
 from ipybox.kernel_mgr.deadline import Deadline
-from ipybox.kernel_mgr.kernel import Kernel, KernelDied, describe_exit, kernel_environment
+from ipybox.kernel_mgr.kernel import Handover, Kernel, KernelDied, describe_exit, kernel_environment
 from ipybox.kernel_mgr.output import KernelEvent, OutputBuffer, OutputCollector, strip_ansi
 from ipybox.kernel_mgr.supervisor import KernelSupervisor
 
@@ -305,6 +305,54 @@ async def test_kernel_start_failure_is_reported(runtime_dir: Path, tmp_path: Pat
     with pytest.raises(RuntimeError, match="failed to start"):
         await kernel.start(timeout=10)
     assert not kernel.alive
+    assert list(runtime_dir.iterdir()) == []
+
+
+#: A prefix that copies what it is handed (from the file named first) and runs the kernel.
+_COPY = ["/bin/sh", "-c", 'cat "$0" > "$1" && shift && exec "$@"']
+
+
+@pytest.mark.parametrize("size", [0, 10, 3 << 20])  # up to a pipe's capacity, and far over it
+async def test_a_handover_reaches_the_prefix_once_it_runs(
+    runtime_dir: Path, tmp_path: Path, size: int
+) -> None:
+    copy, built = tmp_path / "copy", []
+    data = os.urandom(size)
+
+    def build() -> bytes:
+        # built once the prefix runs; the pipe is not the prefix's until it reads it
+        built.append(True)
+        return data
+
+    handover = Handover(lambda path: [*_COPY, path, str(copy)], build)
+    kernel = Kernel(runtime_dir, tmp_path, kernel_environment({}), command_prefix=handover)
+    try:
+        await kernel.start()
+        assert built == [True]
+        assert copy.read_bytes() == data
+        text, _ = await _run(kernel, "print(6 * 7)")
+        assert text.strip() == "42"
+    finally:
+        await kernel.stop()
+
+
+async def test_a_handover_that_fails_leaves_nothing_running(runtime_dir: Path, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+
+    def build() -> bytes:
+        raise ValueError("the policy cannot be built")
+
+    prefix = ["/bin/sh", "-c", 'echo $$ > "$1" && cat "$0" > /dev/null && shift && exec "$@"']
+    kernel = Kernel(
+        runtime_dir,
+        tmp_path,
+        kernel_environment({}),
+        command_prefix=Handover(lambda p: [*prefix, p, str(started)], build),
+    )
+    with pytest.raises(ValueError, match="the policy cannot be built"):
+        await kernel.start()
+    assert not kernel.alive
+    assert await eventually(lambda: started.exists() and not pid_alive(int(started.read_text() or 0)))
     assert list(runtime_dir.iterdir()) == []
 
 

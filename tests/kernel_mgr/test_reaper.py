@@ -17,9 +17,12 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ch
 
 
 def _marked(marker: str) -> list[psutil.Process]:
+    """The shells that run `...; : marker` (not the outer shell, whose command holds the marker
+    too, nor its forks on their way to `exec`)."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
-        if marker in " ".join(process.info["cmdline"] or []):
+        cmdline = process.info["cmdline"] or []
+        if cmdline[:2] == ["sh", "-c"] and cmdline[-1].endswith(f": {marker}"):
             found.append(process)
     return found
 
