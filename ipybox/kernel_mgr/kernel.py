@@ -217,39 +217,12 @@ class Kernel:
             _warn_once(warning)
         # The launcher applies rlimits (if any) and ends the kernel when its stdin (a pipe we
         # hold) closes: that is how a kernel, even in a sandbox, notices ipybox has died.
-        pipe: tuple[int, int] | None = None
-        if isinstance(self._prefix, Handover):  # the prefix reads what it is handed from a pipe
-            pipe = os.pipe()
-            prefix = self._prefix.argv(f"/dev/fd/{pipe[0]}")
-        else:
-            prefix = self._prefix
-        argv = [*prefix, sys.executable, "-m", "ipybox.kernel_mgr.launch", "--watch-stdin", *rlimits]
+        launch = [sys.executable, "-m", "ipybox.kernel_mgr.launch", "--watch-stdin", *rlimits]
         if self._kernel_env:
-            argv += ["--env-file", str(self._write_private(f"{self._name}-env.json", self._env_settings()))]
-        argv += ["--", "-f", str(conn_file), *_KERNEL_OPTIONS]
-        if self._cgroup is not None:  # joined before anything runs; srt and the kernel inherit it
-            argv = self._cgroup.wrap(argv)
-        try:
-            self._process = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=self._cwd,
-                env=self._env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                pass_fds=pipe[:1] if pipe is not None else (),
-            )
-        except BaseException:
-            if pipe is not None:
-                os.close(pipe[1])
-            await asyncio.shield(self.stop())
-            raise
-        finally:
-            if pipe is not None:
-                os.close(pipe[0])
-        if isinstance(self._prefix, Handover) and pipe is not None:
-            await self._hand_over(self._prefix, pipe[1])
+            launch += ["--env-file", str(self._write_private(f"{self._name}-env.json", self._env_settings()))]
+        launch += ["--", "-f", str(conn_file), *_KERNEL_OPTIONS]
+        await self._spawn(launch)
+        assert self._process is not None
         self._exited = asyncio.create_task(_exit_status(self._process))
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
             client = AsyncKernelClient()
@@ -275,6 +248,39 @@ class Kernel:
             raise
         if self._process.stderr is not None:
             self._stderr_task = asyncio.create_task(self._discard(self._process.stderr))
+
+    async def _spawn(self, launch: list[str]) -> None:
+        """Start the command prefix with the kernel's `launch` command (in the kernel's cgroup, if
+        any); a `Handover` prefix is handed its data once it runs. Nothing is left on errors."""
+        pipe: tuple[int, int] | None = None
+        if isinstance(self._prefix, Handover):  # the prefix reads what it is handed from a pipe
+            pipe = os.pipe()
+            argv = [*self._prefix.argv(f"/dev/fd/{pipe[0]}"), *launch]
+        else:
+            argv = [*self._prefix, *launch]
+        if self._cgroup is not None:  # joined before anything runs; srt and the kernel inherit it
+            argv = self._cgroup.wrap(argv)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=self._cwd,
+                env=self._env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=pipe[:1] if pipe is not None else (),
+            )
+        except BaseException:
+            if pipe is not None:
+                os.close(pipe[1])
+            await asyncio.shield(self.stop())
+            raise
+        finally:
+            if pipe is not None:
+                os.close(pipe[0])
+        if isinstance(self._prefix, Handover) and pipe is not None:
+            await self._hand_over(self._prefix, pipe[1])
 
     async def _hand_over(self, handover: Handover, fd: int) -> None:
         """Build `handover`'s data while the prefix's programs start, and write it to the pipe
