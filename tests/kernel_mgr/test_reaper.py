@@ -41,8 +41,14 @@ async def test_processes_that_leave_the_group_end_with_the_executor(tmp_path: Pa
     async with CodeExecutor(working_dir=tmp_path, spare_kernel=False) as executor:
         kernel = psutil.Process(int((await executor.execute("import os\nprint(os.getpid())")).text))
         await executor.execute(f"import subprocess\nsubprocess.run(['sh', '-c', {command!r}], check=True)")
-        assert await eventually(lambda: len(_marked(marker)) == 1)
-        [escaped] = _marked(marker)
+        found: list[psutil.Process] = []
+
+        def settled() -> bool:  # the shell, not its fork on the way to `exec sleep`
+            found[:] = _marked(marker)
+            return len(found) == 1
+
+        assert await eventually(settled)
+        [escaped] = found
         assert os.getpgid(escaped.pid) != os.getpgid(kernel.pid), "the test's process did not leave the group"
         # re-parented to the kernel's own process (its launcher, a child subreaper), not to init
         assert escaped.pid in {p.pid for p in kernel.children(recursive=True)}
