@@ -447,32 +447,6 @@ def sandbox_policy(
     return text.encode()
 
 
-def sandbox_command(
-    config_path: Path | None,
-    policy_file: Path,
-    writable_dir: Path,
-    working_dir: Path,
-    protected: Sequence[Path] = (),
-    *,
-    reachable: Sequence[Path] = (),
-    readable: Sequence[Path | str] = (),
-    gpus: Gpus = None,
-) -> list[str]:
-    """The command prefix that runs a kernel under `srt` with the effective policy, built first
-    (`sandbox_policy()`) and read from `policy_file`."""
-    sandbox_policy(
-        config_path,
-        policy_file,
-        writable_dir,
-        working_dir,
-        protected,
-        reachable=reachable,
-        readable=readable,
-        gpus=gpus,
-    )
-    return srt_prefix(str(policy_file), policy_file.parent, working_dir)
-
-
 def _watch(
     runtime: Path, roots: list[Path], keep: list[Path], homes: list[Path], private: Path, existing: list[Path]
 ) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ipybox import CodeExecutor
-from ipybox.sandbox import sandbox_command
+from ipybox.sandbox import sandbox_policy
 from ipybox.sandbox.launcher import ISOLATION_FLAGS, REFUSED, write_launcher
 
 from .conftest import probe, sandbox_config, write_config
@@ -93,8 +93,9 @@ def test_policy_runs_srt_through_the_launcher(srt_available: None, tmp_path: Pat
     for path in (runtime, private, workspace):
         path.mkdir(mode=0o700)
     config = write_config(tmp_path / "policy.json", sandbox_config() | {"devices": ["/dev/null"]})
-    sandbox_command(config, runtime / "sandbox-0.json", private, workspace)
-    policy = json.loads((runtime / "sandbox-0.json").read_text())
+    handed = sandbox_policy(config, runtime / "sandbox-0.json", private, workspace)
+    assert handed == (runtime / "sandbox-0.json").read_bytes()  # what srt reads, also kept on file
+    policy = json.loads(handed)
     launcher = Path(policy["bwrapPath"])
     assert launcher == runtime / "sandbox-0.bwrap" and stat.S_IMODE(launcher.stat().st_mode) == 0o500
     assert "devices" not in policy  # ipybox's setting, not srt's: in the launcher instead
