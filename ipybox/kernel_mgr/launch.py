@@ -37,6 +37,26 @@ def _limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
+def _close_inherited() -> None:
+    """Close every descriptor past stdio that the launcher was started with, before anything runs.
+
+    In a sandbox they come from outside it: node (srt) marks close-on-exec only the descriptors
+    up to its first closed number above 15, so a higher one it inherited (the pipe srt reads the
+    policy from, `--settings /dev/fd/N`) would reach the kernel. Linux only (`/proc`); elsewhere
+    the spawner closes them (macOS: posix_spawn's close-on-exec default).
+    """
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.close(fd)
+            except OSError:  # the listing's own descriptor, closed already
+                pass
+
+
 #: `prctl` option: orphaned descendants are re-parented to this process, not to init.
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -107,6 +127,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int)
     parser.add_argument("--watch-stdin", action="store_true")
     args, kernel_args = parser.parse_known_args()
+    _close_inherited()
     _become_subreaper()  # before anything is started
     if args.env_file and _apply_env_file(args.env_file):
         # the interpreter and the loader read some variables (PYTHONPATH, LD_*) only at start

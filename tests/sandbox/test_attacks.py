@@ -7,6 +7,8 @@ do what the kernel must not) so that it fails if the sandbox stops blocking it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import json
 import os
 import shutil
@@ -519,6 +521,42 @@ async def test_kernel_cannot_use_other_sandboxes_proxies(
         assert not talked.startswith("ok"), (path, talked)
     assert allowed.startswith("ok"), allowed
     assert [hit for hit in local_server.hits if hit != "/own"] == []
+
+
+def _pipes(pid: int | str, first: int = 0) -> dict[int, str]:
+    """The pipes and sockets among the descriptors of process `pid` from `first` on, by number."""
+    found = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+            if int(name) >= first and target.startswith(("pipe:", "socket:")):
+                found[int(name)] = target
+    return found
+
+
+async def test_kernel_holds_no_descriptor_of_srt(srt_available: None, workspace: Path) -> None:
+    """srt reads the policy from a pipe it inherits (`--settings /dev/fd/N`); node marks only
+    descriptors up to the first gap above 15 close-on-exec, so a higher N (an executor in a
+    process with many descriptors open) reached the kernel, and with it whatever else srt holds
+    besides its stdio. The kernel holds none of srt's pipes or sockets from fd 3 on."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(40)]  # the policy pipe's fd above 16
+    try:
+        async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
+            [srt] = [p for p in psutil.Process().children(recursive=True) if "--settings" in p.cmdline()]
+            cmdline = srt.cmdline()
+            settings = int(cmdline[cmdline.index("--settings") + 1].removeprefix("/dev/fd/"))
+            assert settings > 16, settings
+            outside = _pipes(srt.pid, first=3)
+            assert settings in outside, outside  # srt still holds the policy pipe
+            kernel = await probe(executor, _PIPES + "print(_json.dumps(_pipes('self')))")
+            leaked = {fd: target for fd, target in kernel.items() if target in outside.values()}
+            assert leaked == {}, (leaked, outside[settings])
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+_PIPES = "import contextlib\n" + inspect.getsource(_pipes)
 
 
 # --- network --------------------------------------------------------------------------------------
