@@ -221,7 +221,9 @@ class Kernel:
         if self._kernel_env:
             launch += ["--env-file", str(self._write_private(f"{self._name}-env.json", self._env_settings()))]
         launch += ["--", "-f", str(conn_file), *_KERNEL_OPTIONS]
-        await self._spawn(launch)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        await self._spawn(launch, timeout)
         assert self._process is not None
         self._exited = asyncio.create_task(_exit_status(self._process))
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
@@ -238,7 +240,7 @@ class Kernel:
             raise
         self._client = client
         try:
-            await self._race(self._wait_ready(client), timeout)
+            await self._race(self._wait_ready(client), max(deadline - loop.time(), 0))
         except (KernelDied, RuntimeError, TimeoutError) as e:
             stderr = await self._read_stderr()
             await self.stop()
@@ -249,9 +251,10 @@ class Kernel:
         if self._process.stderr is not None:
             self._stderr_task = asyncio.create_task(self._discard(self._process.stderr))
 
-    async def _spawn(self, launch: list[str]) -> None:
+    async def _spawn(self, launch: list[str], timeout: float) -> None:
         """Start the command prefix with the kernel's `launch` command (in the kernel's cgroup, if
-        any); a `Handover` prefix is handed its data once it runs. Nothing is left on errors."""
+        any); a `Handover` prefix is handed its data once it runs, within `timeout` seconds.
+        Nothing is left on errors."""
         pipe: tuple[int, int] | None = None
         if isinstance(self._prefix, Handover):  # the prefix reads what it is handed from a pipe
             pipe = os.pipe()
@@ -280,19 +283,26 @@ class Kernel:
             if pipe is not None:
                 os.close(pipe[0])
         if isinstance(self._prefix, Handover) and pipe is not None:
-            await self._hand_over(self._prefix, pipe[1])
+            await self._hand_over(self._prefix, pipe[1], timeout)
 
-    async def _hand_over(self, handover: Handover, fd: int) -> None:
+    async def _hand_over(self, handover: Handover, fd: int, timeout: float) -> None:
         """Build `handover`'s data while the prefix's programs start, and write it to the pipe
-        `fd` (closed after, also on errors); the kernel is stopped if that fails or is cancelled."""
+        `fd` (closed after, also on errors) within `timeout` seconds; the kernel is stopped if
+        that fails, times out or is cancelled (the write's thread then ends on a broken pipe)."""
         try:
-            try:
-                data = handover.data()
-            except BaseException:
-                os.close(fd)
-                raise
-            # in a thread: data over the pipe's capacity waits for the reader
-            await asyncio.to_thread(_write_all, fd, data)
+            data = handover.data()
+        except BaseException:
+            os.close(fd)
+            await asyncio.shield(self.stop())
+            raise
+        try:  # in a thread: data over the pipe's capacity waits for the reader
+            await asyncio.wait_for(asyncio.to_thread(_write_all, fd, data), timeout)
+        except TimeoutError:
+            await asyncio.shield(self.stop())
+            raise RuntimeError(
+                f"The IPython kernel failed to start: its command prefix did not read the {len(data)} "
+                f"bytes handed to it within {timeout:g} s (the sandbox's srt stuck while starting?)"
+            ) from None
         except BaseException:
             await asyncio.shield(self.stop())
             raise

@@ -356,6 +356,21 @@ async def test_a_handover_that_fails_leaves_nothing_running(runtime_dir: Path, t
     assert list(runtime_dir.iterdir()) == []
 
 
+@pytest.mark.timeout(30)  # without a bound on the handover, start() waited for ever
+async def test_a_handover_never_read_ends_within_the_start_timeout(runtime_dir: Path, tmp_path: Path) -> None:
+    """A prefix that runs but never reads what it is handed (srt's node stuck loading) stalls a
+    write past the pipe's capacity: `start(timeout)` bounds that wait too, and leaves nothing."""
+    started = tmp_path / "started"
+    prefix = ["/bin/sh", "-c", 'echo $$ > "$1" && exec sleep 1000']
+    handover = Handover(lambda p: [*prefix, p, str(started)], lambda: bytes(1 << 20))
+    kernel = Kernel(runtime_dir, tmp_path, kernel_environment({}), command_prefix=handover)
+    with pytest.raises(RuntimeError, match="did not read"):
+        await kernel.start(timeout=2)
+    assert not kernel.alive
+    assert await eventually(lambda: started.exists() and not pid_alive(int(started.read_text() or 0)))
+    assert list(runtime_dir.iterdir()) == []
+
+
 @pytest.mark.timeout(60)
 async def test_orphaned_kernel_exits_when_parent_dies(tmp_path: Path) -> None:
     """A kernel whose host process dies without cleaning up shuts itself down."""
