@@ -209,7 +209,8 @@ class Kernel:
         return self._process.returncode if self._process else None
 
     async def start(self, timeout: float = 30) -> None:
-        """Launch the kernel and wait until it answers a kernel_info request."""
+        """Launch the kernel and wait until it answers a kernel_info request; each wait (a
+        `Handover` prefix reading its data, the kernel's answer) is bounded by `timeout`."""
         conn_file = self._write_connection_file()
         self._cgroup = KernelCgroup.create(self._limits)
         rlimits, warning = fallback(self._limits, self._cgroup)
@@ -221,8 +222,6 @@ class Kernel:
         if self._kernel_env:
             launch += ["--env-file", str(self._write_private(f"{self._name}-env.json", self._env_settings()))]
         launch += ["--", "-f", str(conn_file), *_KERNEL_OPTIONS]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         await self._spawn(launch, timeout)
         assert self._process is not None
         self._exited = asyncio.create_task(_exit_status(self._process))
@@ -240,7 +239,7 @@ class Kernel:
             raise
         self._client = client
         try:
-            await self._race(self._wait_ready(client), max(deadline - loop.time(), 0))
+            await self._race(self._wait_ready(client), timeout)
         except (KernelDied, RuntimeError, TimeoutError) as e:
             stderr = await self._read_stderr()
             await self.stop()
