@@ -255,14 +255,14 @@ class Kernel:
         any); a `Handover` prefix is handed its data once it runs, within `timeout` seconds.
         Nothing is left on errors."""
         pipe: tuple[int, int] | None = None
-        if isinstance(self._prefix, Handover):  # the prefix reads what it is handed from a pipe
-            pipe = os.pipe()
-            argv = [*self._prefix.argv(f"/dev/fd/{pipe[0]}"), *launch]
-        else:
-            argv = [*self._prefix, *launch]
-        if self._cgroup is not None:  # joined before anything runs; srt and the kernel inherit it
-            argv = self._cgroup.wrap(argv)
-        try:
+        try:  # the command too: a Handover's is made here (srt looked up), and may fail
+            if isinstance(self._prefix, Handover):  # the prefix reads what it is handed from a pipe
+                pipe = os.pipe()
+                argv = [*self._prefix.argv(f"/dev/fd/{pipe[0]}"), *launch]
+            else:
+                argv = [*self._prefix, *launch]
+            if self._cgroup is not None:  # joined before anything runs; srt and the kernel inherit it
+                argv = self._cgroup.wrap(argv)
             self._process = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=self._cwd,

@@ -356,6 +356,23 @@ async def test_a_handover_that_fails_leaves_nothing_running(runtime_dir: Path, t
     assert list(runtime_dir.iterdir()) == []
 
 
+async def test_a_handover_whose_command_fails_leaves_nothing(runtime_dir: Path, tmp_path: Path) -> None:
+    """The prefix's command is made only at start (srt looked up then: gone from PATH, or a bad
+    IPYBOX_SRT, after the executor started): its error leaves no pipe, file or directory."""
+
+    def argv(path: str) -> list[str]:
+        raise ValueError("srt is not installed")
+
+    fds = set(os.listdir("/proc/self/fd"))
+    handover = Handover(argv, lambda: b"{}")
+    kernel = Kernel(runtime_dir, tmp_path, kernel_environment({}), command_prefix=handover)
+    with pytest.raises(ValueError, match="srt is not installed"):
+        await kernel.start()
+    assert not kernel.alive
+    assert set(os.listdir("/proc/self/fd")) == fds
+    assert list(runtime_dir.iterdir()) == []
+
+
 @pytest.mark.timeout(30)  # without a bound on the handover, start() waited for ever
 async def test_a_handover_never_read_ends_within_the_start_timeout(runtime_dir: Path, tmp_path: Path) -> None:
     """A prefix that runs but never reads what it is handed (srt's node stuck loading) stalls a
