@@ -534,6 +534,12 @@ def _pipes(pid: int | str, first: int = 0) -> dict[int, str]:
     return found
 
 
+def _cmdline(process: psutil.Process) -> list[str]:
+    with contextlib.suppress(psutil.Error):  # gone meanwhile (srt's short-lived helpers)
+        return process.cmdline()
+    return []
+
+
 async def test_kernel_holds_no_descriptor_of_srt(srt_available: None, workspace: Path) -> None:
     """srt reads the policy from a pipe it inherits (`--settings /dev/fd/N`); node marks only
     descriptors up to the first gap above 15 close-on-exec, so a higher N (an executor in a
@@ -542,7 +548,7 @@ async def test_kernel_holds_no_descriptor_of_srt(srt_available: None, workspace:
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(40)]  # the policy pipe's fd above 16
     try:
         async with CodeExecutor(sandbox=True, working_dir=workspace, spare_kernel=False) as executor:
-            [srt] = [p for p in psutil.Process().children(recursive=True) if "--settings" in p.cmdline()]
+            [srt] = [p for p in psutil.Process().children(recursive=True) if "--settings" in _cmdline(p)]
             cmdline = srt.cmdline()
             settings = int(cmdline[cmdline.index("--settings") + 1].removeprefix("/dev/fd/"))
             assert settings > 16, settings
