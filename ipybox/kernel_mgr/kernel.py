@@ -126,7 +126,7 @@ def kernel_environment(extra: Mapping[str, str] | None, *, proxies: bool = True)
 @dataclass(frozen=True)
 class Handover:
     """A command prefix whose programs read data from ipybox once they run: `argv(path)` is the
-    prefix, told to read the file `path` (a pipe it inherits); `data()` is what ipybox writes
+    prefix, told to read the file `path` (a pipe it inherits on fd 3); `data()` is what ipybox writes
     there, built after the prefix's first program started, so that building it overlaps their
     start (the sandbox: srt's node loads its modules while ipybox works out the policy).
 
@@ -136,6 +136,13 @@ class Handover:
 
     argv: Callable[[str], Sequence[str]]
     data: Callable[[], bytes]
+
+
+#: Where a `Handover` prefix finds its pipe. The pipe comes in as stdout (a slot of any number
+#: can only be kept at its number: `pass_fds`) and this moves it to fd 3, stdout to /dev/null:
+#: node (srt) marks close-on-exec only the descriptors up to its first closed one above 15, so a
+#: higher number would reach every process in the sandbox.
+_HANDOVER_FD = ["/bin/sh", "-c", 'exec "$@" 3<&1 1>/dev/null', "ipybox-handover"]
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -258,7 +265,7 @@ class Kernel:
         try:  # the command too: a Handover's is made here (srt looked up), and may fail
             if isinstance(self._prefix, Handover):  # the prefix reads what it is handed from a pipe
                 pipe = os.pipe()
-                argv = [*self._prefix.argv(f"/dev/fd/{pipe[0]}"), *launch]
+                argv = [*_HANDOVER_FD, *self._prefix.argv("/dev/fd/3"), *launch]
             else:
                 argv = [*self._prefix, *launch]
             if self._cgroup is not None:  # joined before anything runs; srt and the kernel inherit it
@@ -268,10 +275,9 @@ class Kernel:
                 cwd=self._cwd,
                 env=self._env,
                 stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.DEVNULL,
+                stdout=pipe[0] if pipe is not None else asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
-                pass_fds=pipe[:1] if pipe is not None else (),
             )
         except BaseException:
             if pipe is not None:
