@@ -144,7 +144,8 @@ def _importable(folder: Path) -> list[str]:
 
 def _has_modules(folder: Path, suffixes: tuple[str, ...]) -> bool:
     try:
-        return any(e.is_file() and e.name.endswith(suffixes) for e in os.scandir(folder))
+        with os.scandir(folder) as entries:  # closed at the first match too, not by the collector
+            return any(e.is_file() and e.name.endswith(suffixes) for e in entries)
     except OSError:
         return False
 

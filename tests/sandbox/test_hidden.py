@@ -7,6 +7,7 @@ is there and usable from the host, so that it fails if the sandbox stops hiding 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ipybox import CodeExecutor
+from ipybox.sandbox import reads
 
 from .conftest import probe, sandbox_config, write_config
 
@@ -309,3 +311,16 @@ async def test_allow_read_of_a_folder_keeps_its_hidden_entries_hidden(
         _assert_hidden(result[str(home / name)], content)
     assert result[str(home / ".config/tool/settings.ini")][0] == "ok: 'named-f00\\n'"
     assert result[str(home / "projects/app/main.py")][0] == "ok: 'x=1\\n'"
+
+
+@pytest.mark.filterwarnings("error::ResourceWarning", "error::pytest.PytestUnraisableExceptionWarning")
+def test_looking_for_modules_leaves_no_directory_open(tmp_path: Path) -> None:
+    """The walk for a workspace's importable folders stops at a folder's first module and closes
+    the folder's listing there, not when the garbage collector gets to it."""
+    for package in ("one", "two"):
+        (tmp_path / package).mkdir()
+        for module in ("a", "b", "c"):
+            (tmp_path / package / f"{module}.py").write_text("")
+    found = reads._importable(tmp_path)
+    gc.collect()
+    assert sorted(Path(p).name for p in found) == ["one", "two"]
