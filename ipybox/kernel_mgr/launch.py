@@ -40,10 +40,11 @@ def _limit(kind: int, value: int) -> None:
 def _close_inherited() -> None:
     """Close every descriptor past stdio that the launcher was started with, before anything runs.
 
-    In a sandbox they come from outside it: node (srt) marks close-on-exec only the descriptors
-    up to its first closed number above 15, so a higher one it inherited (the pipe srt reads the
-    policy from, `--settings /dev/fd/N`) would reach the kernel. Linux only (`/proc`); elsewhere
-    the spawner closes them (macOS: posix_spawn's close-on-exec default).
+    In a sandbox they come from outside it, whatever they are: node (srt) marks close-on-exec only
+    the descriptors up to its first closed number above 15, so one numbered higher that a program
+    of the sandbox's launch inherited would reach the kernel (the policy pipe, before it was moved
+    to srt's fd 3). Linux only (`/proc`); elsewhere the spawner closes them (macOS: posix_spawn's
+    close-on-exec default).
     """
     try:
         fds = [int(name) for name in os.listdir("/proc/self/fd")]
