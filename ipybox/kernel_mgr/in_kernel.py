@@ -22,6 +22,9 @@
 - A traceback ends at the last frame that does not hide itself (`__tracebackhide__`): IPython
   always shows the frame an error was raised in, so an error from ipybox's tool-call client
   showed the agent ipybox's own source, and where it is installed, above the message.
+- An interrupt counts only until the cell's code has ended: one that comes later (a cancel racing
+  the cell's end) is dropped. ipykernel would raise it wherever its main thread is, also halfway
+  through sending the cell's reply, and a reply cut short there makes the next one unreadable.
 - With `IPYBOX_MESSAGE_BYTES` set, what the kernel sends stays within the host's limit per
   message: long printed text goes in pieces, and an output too large for one message is replaced
   by a line saying so. The host enforces the limit regardless; this keeps ordinary code's output.
@@ -36,6 +39,7 @@ import functools
 import os
 import shlex
 import shutil
+import signal
 import struct
 import sys
 import tempfile
@@ -413,6 +417,33 @@ def _replace_oversize_outputs(shell: Any, limit: int) -> None:
     shell.display_pub.register_hook(fit)
 
 
+class _Interrupts:
+    """Makes SIGINT raise only from the start of ipykernel's handling of a request until its cell's
+    code ended (`post_run_cell`, run first of all): not while the kernel sends the reply."""
+
+    def __init__(self) -> None:
+        self.cell_runs = False
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        if self.cell_runs:
+            raise KeyboardInterrupt
+
+    def install(self, shell: Any) -> None:
+        kernel = getattr(shell, "kernel", None)
+        if kernel is None or not hasattr(kernel, "pre_handler_hook"):  # not ipykernel
+            return
+
+        def pre_handler_hook() -> None:  # ipykernel's, with this handler instead of Python's default
+            self.cell_runs = True
+            kernel.saved_sigint_handler = signal.signal(signal.SIGINT, self.on_signal)
+
+        kernel.pre_handler_hook = pre_handler_hook
+        shell.events.register("post_run_cell", self.ended)
+
+    def ended(self, *_: object) -> None:
+        self.cell_runs = False
+
+
 def without_hidden_tail(tb: types.TracebackType) -> types.TracebackType:
     """`tb` (a copy) without the frames at its end that hide themselves, if any other is left."""
     entries = []
@@ -453,6 +484,7 @@ def install(shell: Any) -> None:
     os.environ["TERM"] = "dumb"
     for name in ("FORCE_COLOR", "CLICOLOR_FORCE", "CLICOLOR"):
         os.environ.pop(name, None)
+    _Interrupts().install(shell)  # first: no other post_run_cell callback may be interrupted
     shell.events.register("post_run_cell", drain_fd_output)
     _track_executions(shell)
     with contextlib.suppress(OSError):  # a kernel without a writable temp dir keeps IPython's pip

@@ -11,7 +11,7 @@ import secrets
 import shutil
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty
@@ -202,6 +202,7 @@ class Kernel:
         self._relay: Relay | None = None
         self._exited: asyncio.Task[int] | None = None
         self._stderr_task: asyncio.Task[None] | None = None
+        self._interrupt_sent: str | None = None  # an interrupt request not answered yet
 
     @property
     def pid(self) -> int | None:
@@ -404,6 +405,7 @@ class Kernel:
         seconds, the kernel is killed and `KernelDied` raised instead.
         """
         client = self._require_client()
+        await self._interrupt_taken(client)
         if self._cgroup is not None:
             self._oom_kills = self._cgroup.oom_kills()
         # stop_on_error=False: an interrupted (e.g. abandoned) cell must not make the kernel
@@ -425,7 +427,7 @@ class Kernel:
             raise
         except asyncio.CancelledError:
             # The caller gave up on this cell: stop it so the kernel is free for the next one.
-            client.control_channel.send(client.session.msg("interrupt_request", {}))
+            self._send_interrupt(client)
             raise
         result = KernelReply.of(reply["content"], collector.error)
         if note := self._oom_note():
@@ -487,20 +489,31 @@ class Kernel:
         taken without the task and wait of a race. None if it has not arrived."""
         with contextlib.suppress(Empty):
             while True:
-                msg: dict[str, Any] = await client.get_shell_msg(timeout=0)
+                try:
+                    msg: dict[str, Any] = await client.get_shell_msg(timeout=0)
+                except (ValueError, RecursionError):  # malformed: skipped
+                    continue
                 if msg["parent_header"].get("msg_id") == msg_id:
                     return msg
         return None
 
     async def _shell_reply(self, client: AsyncKernelClient, msg_id: str) -> dict[str, Any]:
+        return await self._reply(client.get_shell_msg, msg_id)
+
+    async def _reply(self, get: Callable[..., Awaitable[dict[str, Any]]], msg_id: str) -> dict[str, Any]:
+        """The reply to `msg_id` from the channel `get` reads; others, and malformed ones, are skipped."""
         while True:
-            msg: dict[str, Any] = await client.get_shell_msg()
+            try:
+                msg = await get()
+            except (ValueError, RecursionError) as e:
+                logger.warning("skipped a malformed message from kernel %s: %s", self.pid, e)
+                continue
             if msg["parent_header"].get("msg_id") == msg_id:
                 return msg
 
     async def _interrupt(self, client: AsyncKernelClient, msg_id: str, grace: float) -> None:
         """Interrupt the running cell over the control channel; kill the kernel if that fails."""
-        client.control_channel.send(client.session.msg("interrupt_request", {}))
+        self._send_interrupt(client)
         try:
             await self._race(self._drain_iopub(client, msg_id, OutputCollector(lambda _: None)), grace)
             await self._race(self._shell_reply(client, msg_id), grace)
@@ -508,6 +521,23 @@ class Kernel:
             logger.warning("kernel %s ignored an interrupt; killing it", self.pid)
             await self.stop()
             raise KernelDied(None) from None
+
+    def _send_interrupt(self, client: AsyncKernelClient) -> None:
+        request = client.session.msg("interrupt_request", {})
+        client.control_channel.send(request)
+        self._interrupt_sent = request["header"]["msg_id"]
+
+    async def _interrupt_taken(self, client: AsyncKernelClient, grace: float = 5) -> None:
+        """Wait until the kernel answered the last interrupt request, if one is unanswered: it
+        answers once it has sent itself the signal, so an interrupt meant for an earlier cell
+        never reaches the next one."""
+        msg_id, self._interrupt_sent = self._interrupt_sent, None
+        if msg_id is None:
+            return
+        try:
+            await self._race(self._reply(client.get_control_msg, msg_id), grace)
+        except TimeoutError:
+            logger.warning("kernel %s did not answer an interrupt request within %g s", self.pid, grace)
 
     def _require_client(self) -> AsyncKernelClient:
         if self._client is None or not self.alive:

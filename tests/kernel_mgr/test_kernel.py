@@ -287,6 +287,56 @@ async def test_cancelled_execute_interrupts_cell_and_next_output_is_not_lost(ker
 
 
 @pytest.mark.timeout(60)
+async def test_an_interrupt_meant_for_a_cancelled_cell_never_reaches_the_next(kernel: Kernel) -> None:
+    """The kernel sends itself the signal when it handles the interrupt request, in a thread of its
+    own: here that thread is kept busy for 2 s, so the cancelled cell's interrupt would land in the
+    middle of the next cell had that cell been sent before the kernel answered the request."""
+    started = asyncio.Event()
+    busy = "import time\nget_ipython().kernel.control_thread.io_loop.add_callback(time.sleep, 2)\n"
+    code = f"{busy}print('x', flush=True)"
+    task = asyncio.create_task(kernel.execute(code, lambda _: started.set(), _deadline()))
+    await asyncio.wait_for(started.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    text, _ = await _run(kernel, "import time\ntime.sleep(3)\nprint('next')")
+    assert text == "next\n"
+
+
+@pytest.mark.timeout(60)
+async def test_an_interrupt_once_the_cells_code_ended_is_dropped(kernel: Kernel) -> None:
+    """ipykernel raises KeyboardInterrupt wherever its main thread is: after the cell's code, that
+    can be halfway through sending the reply, which then corrupts the next one. Here the signal
+    comes from a callback that runs after the cell's code, as a late interrupt would."""
+    register = (
+        "import os, signal\n"
+        "get_ipython().events.register('post_run_cell', lambda *_: os.kill(os.getpid(), signal.SIGINT))"
+    )
+    await _run(kernel, register)
+    for _ in range(3):
+        assert (await _run(kernel, "print('ran')", seconds=10))[0] == "ran\n"
+    with pytest.raises(TimeoutError):  # interrupts still stop a running cell
+        await kernel.execute("import time\ntime.sleep(3600)", lambda _: None, _deadline(0.5))
+
+
+@pytest.mark.timeout(60)
+async def test_a_reply_the_kernel_did_not_sign_is_skipped(kernel: Kernel) -> None:
+    """Kernel code can send the host anything on its shell socket: a reply with a wrong signature
+    is skipped (and logged), never raised to the caller, and the real reply still counts."""
+    code = (
+        "from jupyter_client.session import Session\n"
+        "k = get_ipython().kernel\n"
+        "parent = k.get_parent()\n"
+        "stream = k.shell_channel_thread.manager.get_subshell_to_shell_channel_socket(None)\n"
+        "Session(key=b'not the key').send(stream, 'execute_reply', {'status': 'ok'}, parent=parent,\n"
+        "    ident=parent['header']['session'].encode())\n"
+        "print('sent')"
+    )
+    assert (await _run(kernel, code, seconds=10))[0] == "sent\n"
+    assert (await _run(kernel, "print('next')", seconds=10))[0] == "next\n"
+
+
+@pytest.mark.timeout(60)
 async def test_kernel_stop_kills_process_group(kernel: Kernel) -> None:
     # The child ignores SIGTERM, so only the final SIGKILL to the process group ends it.
     code = "import subprocess\nprint(subprocess.Popen(['sh', '-c', 'trap \"\" TERM; sleep 300']).pid)"

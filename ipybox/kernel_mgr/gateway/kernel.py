@@ -62,6 +62,7 @@ class GatewayKernel:
         self._lost: asyncio.Future[str] | None = None
         self._waiters: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._interrupting: asyncio.Future[None] | None = None  # an interrupt request still on its way
         self._session = uuid.uuid4().hex
         #: What the set-up cell found missing in the kernel (see `bootstrap.runtime_problem`).
         self.setup_problem: str | None = None
@@ -254,6 +255,10 @@ class GatewayKernel:
         """Send an execute request; its reply once the reply and the idle status have both come."""
         if not self.alive:
             raise self._gone()
+        if (interrupting := self._interrupting) is not None:  # an earlier cell's interrupt reaches
+            self._interrupting = None  # the kernel before this cell does, never this cell
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(interrupting), 5)
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         msg_id = _msg_id()
         self._waiters[msg_id] = queue
@@ -268,8 +273,8 @@ class GatewayKernel:
             while not queue.empty():  # what the kernel sent before the connection went
                 collector.add(queue.get_nowait())
             raise
-        except asyncio.CancelledError:
-            self._spawn(self._post_interrupt())  # the caller gave up: free the kernel for the next cell
+        except asyncio.CancelledError:  # the caller gave up: free the kernel for the next cell
+            self._interrupting = self._spawn(self._post_interrupt())
             raise
         finally:
             self._waiters.pop(msg_id, None)
@@ -306,7 +311,7 @@ class GatewayKernel:
         if self.kernel_id is not None and self._http is not None:
             await self._request("POST", f"/api/kernels/{quote(self.kernel_id)}/interrupt")
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Future[None]:
         async def quietly() -> None:
             with contextlib.suppress(Exception):
                 await coro
@@ -314,6 +319,7 @@ class GatewayKernel:
         task = asyncio.ensure_future(quietly())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def _race(self, aw: Any, limit: float | Deadline | None) -> Any:
         """Await `aw`; raise `GatewayKernelLost` if the kernel goes first, `TimeoutError` at `limit`."""
