@@ -234,7 +234,7 @@ class Kernel:
         assert self._process is not None
         self._exited = asyncio.create_task(_exit_status(self._process))
         try:  # e.g. a socket path too long for ipc: leave no kernel behind
-            client = AsyncKernelClient()
+            client = self._client = AsyncKernelClient()  # stop() closes it, also if this start fails
             iopub.bound(client)
             client.load_connection_file(str(conn_file))
             if self._relayed:  # the host's sockets reach the kernel through it
@@ -245,7 +245,6 @@ class Kernel:
         except BaseException:
             await asyncio.shield(self.stop())
             raise
-        self._client = client
         try:
             await self._race(self._wait_ready(client), timeout)
         except (KernelDied, RuntimeError, TimeoutError) as e:
@@ -547,8 +546,11 @@ class Kernel:
     async def stop(self, grace: float = 2) -> None:
         """Kill the kernel's whole process group (and cgroup, if it has one) and remove its files."""
         if self._client is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # fails for channels a failed start left half made
                 self._client.stop_channels()
+            # its own ZMQ context: ended here, with any socket left, not by the garbage collector,
+            # whose term() would wait for such a socket
+            self._client.context.destroy(linger=0)
             self._client = None
         if self._relay is not None:
             await self._relay.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import os
 import signal
 import sys
@@ -356,6 +357,33 @@ async def test_kernel_start_failure_is_reported(runtime_dir: Path, tmp_path: Pat
         await kernel.start(timeout=10)
     assert not kernel.alive
     assert list(runtime_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("route", ["kernel exits", "socket path too long"])
+async def test_a_failed_start_leaves_no_descriptor_open(
+    runtime_dir: Path, tmp_path: Path, route: str
+) -> None:
+    """The client's sockets and its ZMQ context are closed by the start that failed, not left to
+    the garbage collector (whose end of a context waits for every socket still open)."""
+    if route == "socket path too long":  # ipc socket paths are limited to about 107 bytes
+        runtime_dir = tmp_path / ("d" * 120)
+    prefix = ["false"] if route == "kernel exits" else []
+
+    async def fail() -> None:
+        kernel = Kernel(runtime_dir, tmp_path, kernel_environment({}), command_prefix=prefix)
+        with pytest.raises(Exception):  # noqa: B017, PT011 - each route fails in its own words
+            await kernel.start(timeout=10)
+
+    await fail()  # what the first start loads once (modules, the event loop's own descriptors)
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(3):
+            await fail()
+        assert len(os.listdir("/proc/self/fd")) == before
+    finally:
+        gc.enable()
 
 
 #: A prefix that copies what it is handed (from the file named first) and runs the kernel.
