@@ -306,7 +306,32 @@ def dumps(nb: dict[str, Any]) -> str:
     """The notebook's JSON as nbformat writes it (validated already, so not again), with the
     characters of `_RAW` escaped."""
     text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    return _RAW.sub(lambda m: display.quote(m.group())[1:-1], text)
+    return _RAW.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return display.quote(match.group())[1:-1]
+
+
+def cell_text(cell: dict[str, Any]) -> str:
+    """A cell's part of `dumps()`: its JSON, two levels in (JSON strings hold no line breaks)."""
+    text = "  " + json.dumps(cell, indent=1, sort_keys=True, ensure_ascii=False).replace("\n", "\n  ")
+    return _RAW.sub(_escaped, text)
+
+
+#: Where `dumps_cells` puts the cells' texts, as `dumps` writes a list holding this string.
+_CELLS = "\x00cells\x00"
+_CELLS_LINE = '  "\\u0000cells\\u0000"'
+
+
+def dumps_cells(nb: dict[str, Any], cells: list[str]) -> str:
+    """`dumps(nb)` where the notebook's cells are given as their `cell_text()`s: a session's
+    notebook, saved again and again, makes each finished cell's text once."""
+    if not cells:
+        return dumps(nb | {"cells": []})
+    head, found, tail = dumps(nb | {"cells": [_CELLS]}).partition(_CELLS_LINE)
+    assert found, "the cells' place in the notebook's JSON"
+    return head + ",\n".join(cells) + tail
 
 
 def parse(text: str, path: Path) -> nbformat.NotebookNode:

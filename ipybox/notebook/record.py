@@ -123,6 +123,8 @@ class CellRecord:
         self._images = self._image_bytes = 0
         self._images_dropped = 0
         self._session_images = images
+        #: Counts the changes: a saved text of the cell (`SessionRecord`) holds while it is the same.
+        self.version = 0
 
     @classmethod
     def _of(cls, node: nbformat.NotebookNode, execution_count: int, limits: ResourceLimits) -> CellRecord:
@@ -141,6 +143,7 @@ class CellRecord:
     def add_output(self, msg_type: str, content: dict[str, Any]) -> None:
         """Record an iopub message of the cell: stream, display_data, update_display_data (kept as
         a new display), execute_result, error or clear_output (others are ignored)."""
+        self.version += 1
         if msg_type == "stream":
             self._add_text(str(content.get("name", "stdout")), str(content.get("text", "")))
         elif msg_type in _DISPLAY_TYPES or msg_type == "execute_result":
@@ -155,6 +158,7 @@ class CellRecord:
     def add_event(self, event: KernelEvent) -> None:
         """Record an output event as ipybox's kernel layer reads it (the message it came from,
         or, for a note ipybox adds itself, its text as stdout)."""
+        self.version += 1
         if event.msg_type:
             self.add_output(event.msg_type, event.content)
         elif event.kind in ("stream", "text"):
@@ -177,6 +181,7 @@ class CellRecord:
         timed_out), `decided_by` (who or what decided), its `result_text` or `error`, and its
         encoded `result` (what the kernel got, kept for a resume). Values of `secrets` are
         replaced by `***` as in the audit log."""
+        self.version += 1
         secrets = tuple(secrets)
         kept = None
         if result is not None and len(repr(result)) <= RESULT_LIMIT:  # measured before it is walked
@@ -198,6 +203,7 @@ class CellRecord:
 
     def finish(self, duration_s: float, error: str | None = None) -> None:
         """End the cell: `error` is why it failed (its traceback, or that the kernel died)."""
+        self.version += 1
         self.duration_s = round(duration_s, 6)
         self.error = error
         self.status = "error" if error is not None else "ok"
@@ -236,7 +242,7 @@ class CellRecord:
         if (output := _format.display_output(msg_type, content, self.execution_count)) is not None:
             self.outputs.append(output)
             if size and self._session_images is not None:
-                self._session_images.keep(output, size, self._max_image_bytes)
+                self._session_images.keep(self, output, size, self._max_image_bytes)
 
 
 #: What an image the session's record let go for newer ones shows instead.
@@ -252,17 +258,19 @@ class _SessionImages:
     new ones, and their outputs say so."""
 
     def __init__(self) -> None:
-        self._kept: deque[tuple[dict[str, Any], int]] = deque()
+        self._kept: deque[tuple[CellRecord, dict[str, Any], int]] = deque()
         self._bytes = 0
 
-    def keep(self, output: dict[str, Any], size: int, limit: int | None) -> None:
-        self._kept.append((output, size))
+    def keep(self, cell: CellRecord, output: dict[str, Any], size: int, limit: int | None) -> None:
+        """Keep `cell`'s image `output`, letting the oldest go while over `limit` bytes."""
+        self._kept.append((cell, output, size))
         self._bytes += size
         while limit is not None and self._bytes > limit and len(self._kept) > 1:
-            old, old_size = self._kept.popleft()
+            owner, old, old_size = self._kept.popleft()
             self._bytes -= old_size
             old["data"] = {"text/plain": IMAGE_MADE_WAY.format(limit=_format_size(limit))}
             old["metadata"] = {}
+            owner.version += 1
 
 
 class _TextBudget:
@@ -323,6 +331,9 @@ class SessionRecord:
         self.created = _now()
         self._checked = 0  # the entries validated already, as they are for good
         self._images = _SessionImages()
+        self._code_cells = 0
+        #: The saved text of each finished entry (`_format.cell_text`), with its `CellRecord.version`.
+        self._texts: dict[int, tuple[int, str]] = {}
 
     @property
     def cells(self) -> list[CellRecord]:
@@ -331,7 +342,8 @@ class SessionRecord:
     def begin_cell(self, code: str, limits: ResourceLimits | None = None) -> CellRecord:
         """A new cell's record, appended to the session; it keeps outputs within `limits` (the
         cell's own, where it runs with others than the session's), as the cell's result does."""
-        cell = CellRecord(code, len(self.cells) + 1, limits or self.limits, self._images)
+        self._code_cells += 1
+        cell = CellRecord(code, self._code_cells, limits or self.limits, self._images)
         self.entries.append(cell)
         return cell
 
@@ -352,20 +364,39 @@ class SessionRecord:
         return _format.node(self._notebook())
 
     def _notebook(self) -> dict[str, Any]:
-        # stable ids: a notebook saved again differs only where the session went on
-        cells = [
-            _format.code_cell(e, f"ipybox-{i}")
-            if isinstance(e, CellRecord)
-            else _format.mark_cell(e, f"ipybox-{i}")
-            for i, e in enumerate(self.entries)
-        ]
+        cells = [_cell(i, e) for i, e in enumerate(self.entries)]
         nb = _format.notebook(self, cells, self._checked)
-        running = [
-            i for i, e in enumerate(self.entries) if isinstance(e, CellRecord) and e.status == "running"
-        ]
-        # finished cells change only where an image made way for newer ones: valid still
-        self._checked = min(running, default=len(self.entries))
+        self._checked = self._settled()
         return nb
+
+    def _settled(self) -> int:
+        """The entries before the first running cell: finished cells change only where an image
+        made way for newer ones, and stay valid."""
+        entries = self.entries
+        running = (i for i, e in enumerate(entries) if isinstance(e, CellRecord) and e.status == "running")
+        return next(running, len(entries))
+
+    def _text(self) -> str:
+        """`_format.dumps(self._notebook())`, with each finished entry's text made once and kept
+        while the entry is the same: a session saved after each cell (the MCP server's) costs
+        about the file's writing, not the JSON of every cell again."""
+        texts: list[str] = []
+        fresh: list[dict[str, Any]] = []  # to validate
+        for i, entry in enumerate(self.entries):
+            version = entry.version if isinstance(entry, CellRecord) else 0
+            kept = self._texts.get(i)
+            if kept is not None and kept[0] == version and i < self._checked:
+                texts.append(kept[1])
+                continue
+            cell = _cell(i, entry)
+            if i >= self._checked:
+                fresh.append(cell)
+            texts.append(text := _format.cell_text(cell))
+            if not isinstance(entry, CellRecord) or entry.status != "running":
+                self._texts[i] = (version, text)
+        nb = _format.notebook(self, fresh, 0)
+        self._checked = self._settled()
+        return _format.dumps_cells(nb, texts)
 
     def save(self, path: str | os.PathLike[str], *, trusted: str | os.PathLike[str] | None = None) -> None:
         """Write the notebook to `path` atomically (a new file renamed into place).
@@ -376,7 +407,7 @@ class SessionRecord:
         """
         # a lone surrogate (a kernel's `"\\udc00"` in a tool call's JSON) is no UTF-8: written as
         # the JSON escape it came as, inside its string, rather than failing every later save
-        data = _format.dumps(self._notebook()).encode(errors="backslashreplace")
+        data = self._text().encode(errors="backslashreplace")
         path = Path(path)
         with _open_parent(path, trusted, create=True) as fd:
             _safe_fs.replace_file(fd, path.name, io.BytesIO(data))
@@ -405,7 +436,8 @@ class SessionRecord:
                     SessionMark(own["mark"], str(own.get("reason", "")), str(own.get("time", "")))
                 )
             elif node.cell_type == "code":
-                record.entries.append(CellRecord._of(node, len(record.cells) + 1, record.limits))
+                record._code_cells += 1
+                record.entries.append(CellRecord._of(node, record._code_cells, record.limits))
         record._checked = len(record.entries)  # validated as read
         return record
 
@@ -426,3 +458,11 @@ def _now() -> str:
 
 
 __all__ = ["CellRecord", "SessionMark", "SessionRecord", "ToolCallRecord", "code_digest"]
+
+
+def _cell(index: int, entry: CellRecord | SessionMark) -> dict[str, Any]:
+    """An entry's notebook cell; ids are stable, so a notebook saved again differs only where the
+    session went on."""
+    if isinstance(entry, CellRecord):
+        return _format.code_cell(entry, f"ipybox-{index}")
+    return _format.mark_cell(entry, f"ipybox-{index}")

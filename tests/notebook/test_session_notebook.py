@@ -13,7 +13,7 @@ from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
 from ipybox.kernel_mgr.limits import ResourceLimits
-from ipybox.notebook import NotebookError, SessionRecord
+from ipybox.notebook import NotebookError, SessionRecord, _format
 
 from .conftest import HOSTILE, Recorded
 
@@ -278,6 +278,42 @@ def test_the_session_keeps_its_newest_images_within_image_bytes() -> None:
     assert len(kept) == 1 and nb.cells[-1].outputs[0]["data"]["image/png"] == png
     made_way = [o["data"]["text/plain"] for c in nb.cells[:-1] for o in c.outputs]
     assert len(made_way) == 2 and all("newer ones took its place" in t for t in made_way)
+
+
+def test_each_save_writes_what_a_whole_new_serialization_would(tmp_path: Path) -> None:
+    """A save makes each finished cell's JSON once and reuses it while the cell is the same: every
+    save, as the session goes on and changes cells saved before (an image made way for a newer
+    one), still writes exactly the notebook's JSON made afresh."""
+    record = SessionRecord("saves", limits=ResourceLimits(image_bytes=300))
+    png = base64.b64encode(b"\x89PNG" + b"x" * 196).decode()  # 200 bytes: each makes the last make way
+    path = tmp_path / "session.ipynb"
+
+    def saved_as_made_afresh() -> None:
+        record.save(path)
+        assert path.read_bytes() == _format.dumps(record._notebook()).encode(errors="backslashreplace")
+
+    saved_as_made_afresh()  # no cells yet
+    for n in range(4):
+        cell = record.begin_cell(f"plot({n})  # \u202e ü \x85")
+        cell.add_output("stream", {"name": "stdout", "text": f"line {n}\r\n\x1b[1m \u2028 {{}}\n"})
+        saved_as_made_afresh()  # with a cell still running
+        cell.add_output("display_data", {"data": {"image/png": png}, "metadata": {}})
+        cell.add_tool_call("srv", "tool", {"a": [n, "\ud800"]}, "auto", None, result_text=f"result {n}")
+        cell.finish(0.1, "failed" if n == 2 else None)
+        saved_as_made_afresh()
+        if n == 1:
+            record.mark_reset()
+            saved_as_made_afresh()
+    images = [
+        o
+        for c in record.to_notebook().cells
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {})
+    ]
+    assert len(images) == 1  # the others made way, after they were saved
+    saved_as_made_afresh()
+    loaded = SessionRecord.load(path)
+    assert [c.code for c in loaded.cells] == [c.code for c in record.cells]  # a valid notebook
 
 
 #: Output whose carriage returns (a line ending to Markdown) would end the indented code block that
