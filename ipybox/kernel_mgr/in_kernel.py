@@ -419,7 +419,8 @@ def _replace_oversize_outputs(shell: Any, limit: int) -> None:
 
 class _Interrupts:
     """Makes SIGINT raise only from the start of ipykernel's handling of a request until its cell's
-    code ended (`post_run_cell`, run first of all): not while the kernel sends the reply."""
+    code ended (`post_execute`, which comes first of the events after a cell, also a silent one;
+    this callback first of all): not while the kernel sends the reply."""
 
     def __init__(self) -> None:
         self.cell_runs = False
@@ -438,7 +439,7 @@ class _Interrupts:
             kernel.saved_sigint_handler = signal.signal(signal.SIGINT, self.on_signal)
 
         kernel.pre_handler_hook = pre_handler_hook
-        shell.events.register("post_run_cell", self.ended)
+        shell.events.callbacks["post_execute"].insert(0, self.ended)
 
     def ended(self, *_: object) -> None:
         self.cell_runs = False
@@ -484,7 +485,7 @@ def install(shell: Any) -> None:
     os.environ["TERM"] = "dumb"
     for name in ("FORCE_COLOR", "CLICOLOR_FORCE", "CLICOLOR"):
         os.environ.pop(name, None)
-    _Interrupts().install(shell)  # first: no other post_run_cell callback may be interrupted
+    _Interrupts().install(shell)
     shell.events.register("post_run_cell", drain_fd_output)
     _track_executions(shell)
     with contextlib.suppress(OSError):  # a kernel without a writable temp dir keeps IPython's pip

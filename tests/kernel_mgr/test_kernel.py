@@ -305,13 +305,14 @@ async def test_an_interrupt_meant_for_a_cancelled_cell_never_reaches_the_next(ke
 
 
 @pytest.mark.timeout(60)
-async def test_an_interrupt_once_the_cells_code_ended_is_dropped(kernel: Kernel) -> None:
+@pytest.mark.parametrize("event", ["post_execute", "post_run_cell"])
+async def test_an_interrupt_once_the_cells_code_ended_is_dropped(kernel: Kernel, event: str) -> None:
     """ipykernel raises KeyboardInterrupt wherever its main thread is: after the cell's code, that
     can be halfway through sending the reply, which then corrupts the next one. Here the signal
     comes from a callback that runs after the cell's code, as a late interrupt would."""
     register = (
         "import os, signal\n"
-        "get_ipython().events.register('post_run_cell', lambda *_: os.kill(os.getpid(), signal.SIGINT))"
+        f"get_ipython().events.register({event!r}, lambda *_: os.kill(os.getpid(), signal.SIGINT))"
     )
     await _run(kernel, register)
     for _ in range(3):
