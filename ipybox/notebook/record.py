@@ -317,6 +317,11 @@ class _TextBudget:
         return joined
 
 
+#: Characters of finished cells' JSON a session's record keeps between saves (the outputs are in
+#: memory already; this is a second copy, as text).
+_KEPT_TEXT = 64 << 20
+
+
 class SessionRecord:
     """The record of a kernel's session (`kernel_name` names it in the notebook).
 
@@ -332,8 +337,10 @@ class SessionRecord:
         self._checked = 0  # the entries validated already, as they are for good
         self._images = _SessionImages()
         self._code_cells = 0
-        #: The saved text of each finished entry (`_format.cell_text`), with its `CellRecord.version`.
+        #: The saved text of each finished entry (`_format.cell_text`), with its `CellRecord.version`,
+        #: and how many characters they hold together (at most `_KEPT_TEXT`).
         self._texts: dict[int, tuple[int, str]] = {}
+        self._kept_chars = 0
 
     @property
     def cells(self) -> list[CellRecord]:
@@ -393,10 +400,19 @@ class SessionRecord:
                 fresh.append(cell)
             texts.append(text := _format.cell_text(cell))
             if not isinstance(entry, CellRecord) or entry.status != "running":
-                self._texts[i] = (version, text)
+                self._keep_text(i, version, text)
         nb = _format.notebook(self, fresh, 0)
         self._checked = self._settled()
         return _format.dumps_cells(nb, texts)
+
+    def _keep_text(self, index: int, version: int, text: str) -> None:
+        """Keep an entry's text for the next save, within `_KEPT_TEXT` characters in all: past
+        that, the text is made again at each save rather than held twice in memory."""
+        if (old := self._texts.pop(index, None)) is not None:
+            self._kept_chars -= len(old[1])
+        if self._kept_chars + len(text) <= _KEPT_TEXT:
+            self._texts[index] = (version, text)
+            self._kept_chars += len(text)
 
     def save(self, path: str | os.PathLike[str], *, trusted: str | os.PathLike[str] | None = None) -> None:
         """Write the notebook to `path` atomically (a new file renamed into place).

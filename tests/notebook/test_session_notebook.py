@@ -14,6 +14,7 @@ from nbconvert import HTMLExporter
 
 from ipybox.kernel_mgr.limits import ResourceLimits
 from ipybox.notebook import NotebookError, SessionRecord, _format
+from ipybox.notebook import record as record_module
 
 from .conftest import HOSTILE, Recorded
 
@@ -280,10 +281,14 @@ def test_the_session_keeps_its_newest_images_within_image_bytes() -> None:
     assert len(made_way) == 2 and all("newer ones took its place" in t for t in made_way)
 
 
-def test_each_save_writes_what_a_whole_new_serialization_would(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [64 << 20, 600])  # the default, and a budget the cells outgrow
+def test_each_save_writes_what_a_whole_new_serialization_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: int
+) -> None:
     """A save makes each finished cell's JSON once and reuses it while the cell is the same: every
     save, as the session goes on and changes cells saved before (an image made way for a newer
     one), still writes exactly the notebook's JSON made afresh."""
+    monkeypatch.setattr(record_module, "_KEPT_TEXT", kept)
     record = SessionRecord("saves", limits=ResourceLimits(image_bytes=300))
     png = base64.b64encode(b"\x89PNG" + b"x" * 196).decode()  # 200 bytes: each makes the last make way
     path = tmp_path / "session.ipynb"
@@ -312,6 +317,7 @@ def test_each_save_writes_what_a_whole_new_serialization_would(tmp_path: Path) -
     ]
     assert len(images) == 1  # the others made way, after they were saved
     saved_as_made_afresh()
+    assert record._kept_chars == sum(len(text) for _, text in record._texts.values()) <= kept
     loaded = SessionRecord.load(path)
     assert [c.code for c in loaded.cells] == [c.code for c in record.cells]  # a valid notebook
 
