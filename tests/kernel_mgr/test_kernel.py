@@ -34,6 +34,16 @@ async def _run(kernel: Kernel, code: str, seconds: float = 30) -> tuple[str, lis
     return "".join(e.text for e in seen), seen
 
 
+async def _cancel_at_first_output(kernel: Kernel, code: str) -> None:
+    """Execute `code` and cancel the execution once its first output came."""
+    started = asyncio.Event()
+    task = asyncio.create_task(kernel.execute(code, lambda _: started.set(), _deadline()))
+    await asyncio.wait_for(started.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 @pytest.fixture
 def runtime_dir(tmp_path: Path) -> Path:
     return tmp_path / "runtime"
@@ -267,19 +277,8 @@ async def test_kernel_death_raises_kernel_died(kernel: Kernel) -> None:
 
 @pytest.mark.timeout(60)
 async def test_cancelled_execute_interrupts_cell_and_next_output_is_not_lost(kernel: Kernel) -> None:
-    started = asyncio.Event()
     pid = kernel.pid
-    task = asyncio.create_task(
-        kernel.execute(
-            "import time\nprint('started', flush=True)\ntime.sleep(3600)",
-            lambda _: started.set(),
-            _deadline(),
-        )
-    )
-    await asyncio.wait_for(started.wait(), 30)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await _cancel_at_first_output(kernel, "import time\nprint('started', flush=True)\ntime.sleep(3600)")
     # Sent right away, while the cancelled cell may still be being interrupted. Had the cancel
     # not interrupted it, this cell would wait behind an hour's sleep and time out.
     text, _ = await _run(kernel, "print('next')")
@@ -292,14 +291,8 @@ async def test_an_interrupt_meant_for_a_cancelled_cell_never_reaches_the_next(ke
     """The kernel sends itself the signal when it handles the interrupt request, in a thread of its
     own: here that thread is kept busy for 2 s, so the cancelled cell's interrupt would land in the
     middle of the next cell had that cell been sent before the kernel answered the request."""
-    started = asyncio.Event()
     busy = "import time\nget_ipython().kernel.control_thread.io_loop.add_callback(time.sleep, 2)\n"
-    code = f"{busy}print('x', flush=True)"
-    task = asyncio.create_task(kernel.execute(code, lambda _: started.set(), _deadline()))
-    await asyncio.wait_for(started.wait(), 30)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await _cancel_at_first_output(kernel, f"{busy}print('x', flush=True)")
     text, _ = await _run(kernel, "import time\ntime.sleep(3)\nprint('next')")
     assert text == "next\n"
 
