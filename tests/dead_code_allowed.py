@@ -41,3 +41,5 @@ _.data_received
 _.pause_writing
 _.resume_writing
 _.connection_lost
+# ipykernel's post_handler_hook restores the SIGINT handler that pre_handler_hook saved here.
+_.saved_sigint_handler

@@ -425,7 +425,7 @@ class _Interrupts:
     def __init__(self) -> None:
         self.cell_runs = False
 
-    def on_signal(self, signum: int, frame: object) -> None:
+    def on_signal(self, *_: object) -> None:
         if self.cell_runs:
             raise KeyboardInterrupt
 
