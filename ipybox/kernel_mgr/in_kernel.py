@@ -418,12 +418,15 @@ def _replace_oversize_outputs(shell: Any, limit: int) -> None:
 
 
 class _Interrupts:
-    """Makes SIGINT raise only from the start of ipykernel's handling of a request until its cell's
-    code ended (`post_execute`, which comes first of the events after a cell, also a silent one;
-    this callback first of all): not while the kernel sends the reply."""
+    """Makes SIGINT raise only while ipykernel handles an execute request and its cell's code has
+    not ended: not while the kernel sends the reply. The cell has ended at a `post_execute` (the
+    first event after a cell, also a silent one; this callback runs first of all) that comes when
+    no `run_cell_async` is under way, so a cell that runs others (`%run x.ipynb`, `run_cell()`)
+    stays interruptible after them. Only the main thread's cells count: signals go to it alone."""
 
     def __init__(self) -> None:
         self.cell_runs = False
+        self.depth = 0  # run_cell_async calls under way in the main thread
 
     def on_signal(self, *_: object) -> None:
         if self.cell_runs:
@@ -433,16 +436,36 @@ class _Interrupts:
         kernel = getattr(shell, "kernel", None)
         if kernel is None or not hasattr(kernel, "pre_handler_hook"):  # not ipykernel
             return
+        run_cell_async = shell.run_cell_async
 
         def pre_handler_hook() -> None:  # ipykernel's, with this handler instead of Python's default
-            self.cell_runs = True
+            self.cell_runs = _handling(kernel) in ("execute_request", None)
             kernel.saved_sigint_handler = signal.signal(signal.SIGINT, self.on_signal)
 
+        @functools.wraps(run_cell_async)
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            main = threading.current_thread() is threading.main_thread()
+            self.depth += main
+            try:
+                return await run_cell_async(*args, **kwargs)
+            finally:
+                self.depth -= main
+
         kernel.pre_handler_hook = pre_handler_hook
+        shell.run_cell_async = counted
         shell.events.callbacks["post_execute"].insert(0, self.ended)
 
     def ended(self, *_: object) -> None:
-        self.cell_runs = False
+        if self.depth == 0 and threading.current_thread() is threading.main_thread():
+            self.cell_runs = False
+
+
+def _handling(kernel: Any) -> str | None:
+    """The type of the shell request `kernel` handles (None if it cannot tell)."""
+    try:
+        return str(kernel.get_parent("shell")["header"]["msg_type"])
+    except Exception:  # noqa: BLE001 - another ipykernel: any request counts
+        return None
 
 
 def without_hidden_tail(tb: types.TracebackType) -> types.TracebackType:

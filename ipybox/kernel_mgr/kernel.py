@@ -159,11 +159,15 @@ def _write_all(fd: int, data: bytes) -> None:
         os.close(fd)
 
 
-async def _next_message(channel: Any, timeout: float) -> dict[str, Any]:
-    """The channel's next message (`get_msg(timeout)`); one that is there already is taken at once,
-    without the poll and its event-loop turn that `get_msg` spends on it: a cell's messages mostly
-    come together, and each turn is a good part of a short cell's round trip."""
+async def _next_message(channel: Any, timeout: float, at_once: bool = True) -> dict[str, Any]:
+    """The channel's next message (`get_msg(timeout)`); with `at_once`, one that is there already
+    is taken at once, without the poll and its event-loop turn that `get_msg` spends on it: a
+    cell's messages mostly come together, and each turn is a good part of a short cell's round
+    trip. (A caller reading many lets the event loop turn now and then: messages taken at once
+    never yield to it.)"""
     try:
+        if not at_once:
+            raise zmq.Again
         frames = await channel.socket.recv_multipart(zmq.NOBLOCK)  # a future done at once
     except zmq.Again:
         return await channel.get_msg(timeout=timeout)  # type: ignore[no-any-return]
@@ -417,7 +421,11 @@ class Kernel:
         seconds, the kernel is killed and `KernelDied` raised instead.
         """
         client = self._require_client()
-        await self._interrupt_taken(client)
+        deadline.pause()  # the wait is not this cell's time
+        try:
+            await self._interrupt_taken(client)
+        finally:
+            deadline.resume()
         if self._cgroup is not None:
             self._oom_kills = self._cgroup.oom_kills()
         # stop_on_error=False: an interrupted (e.g. abandoned) cell must not make the kernel
@@ -464,9 +472,11 @@ class Kernel:
         relay dropped a message over `message_bytes` (see `relay`), the output says so."""
         relay = self._relay
         drops = relay.drops if relay is not None else 0
+        taken = 0
         while True:
-            try:
-                msg = await _next_message(client.iopub_channel, timeout=1)
+            taken += 1
+            try:  # every 32nd through the event loop: a flood of output holds up nothing else
+                msg = await _next_message(client.iopub_channel, timeout=1, at_once=taken % 32 != 0)
             except Empty:
                 continue
             except (ValueError, RecursionError) as e:  # not a Jupyter message (no delimiter, a bad
@@ -543,13 +553,14 @@ class Kernel:
         """Wait until the kernel answered the last interrupt request, if one is unanswered: it
         answers once it has sent itself the signal, so an interrupt meant for an earlier cell
         never reaches the next one."""
-        msg_id, self._interrupt_sent = self._interrupt_sent, None
-        if msg_id is None:
+        if (msg_id := self._interrupt_sent) is None:
             return
         try:
             await self._race(self._reply(client.get_control_msg, msg_id), grace)
         except TimeoutError:
             logger.warning("kernel %s did not answer an interrupt request within %g s", self.pid, grace)
+        # not when cancelled meanwhile: the next cell waits for the answer then
+        self._interrupt_sent = None
 
     def _require_client(self) -> AsyncKernelClient:
         if self._client is None or not self.alive:
@@ -563,7 +574,8 @@ class Kernel:
                 self._client.stop_channels()
             # its own ZMQ context: ended here, with any socket left, not by the garbage collector,
             # whose term() would wait for such a socket
-            self._client.context.destroy(linger=0)
+            with contextlib.suppress(Exception):
+                self._client.context.destroy(linger=0)
             self._client = None
         if self._relay is not None:
             await self._relay.close()

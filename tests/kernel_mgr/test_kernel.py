@@ -291,10 +291,51 @@ async def test_an_interrupt_meant_for_a_cancelled_cell_never_reaches_the_next(ke
     """The kernel sends itself the signal when it handles the interrupt request, in a thread of its
     own: here that thread is kept busy for 2 s, so the cancelled cell's interrupt would land in the
     middle of the next cell had that cell been sent before the kernel answered the request."""
-    busy = "import time\nget_ipython().kernel.control_thread.io_loop.add_callback(time.sleep, 2)\n"
-    await _cancel_at_first_output(kernel, f"{busy}print('x', flush=True)\ntime.sleep(0.5)")  # still runs
+    await _cancel_at_first_output(kernel, _BUSY_CONTROL.format(2) + "print('x', flush=True)\ntime.sleep(0.5)")
     text, _ = await _run(kernel, "import time\ntime.sleep(3)\nprint('next')")
     assert text == "next\n"
+
+
+#: Code that keeps the kernel's control thread (which handles interrupt requests) busy for `{}` s.
+_BUSY_CONTROL = "import time\nget_ipython().kernel.control_thread.io_loop.add_callback(time.sleep, {})\n"
+
+
+@pytest.mark.timeout(60)
+async def test_a_cancel_during_the_wait_for_an_interrupt_leaves_the_wait_to_the_next_cell(
+    kernel: Kernel,
+) -> None:
+    """A cell cancelled while it waits for the earlier cell's interrupt to be answered has sent
+    nothing; the cell after it still waits, so the late interrupt does not land in it either."""
+    await _cancel_at_first_output(kernel, _BUSY_CONTROL.format(3) + "print('x', flush=True)\ntime.sleep(0.5)")
+    waiting = asyncio.create_task(kernel.execute("print('never')", lambda _: None, _deadline()))
+    await asyncio.sleep(0.5)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    text, _ = await _run(kernel, "import time\ntime.sleep(4)\nprint('next')")
+    assert text == "next\n"
+
+
+@pytest.mark.timeout(60)
+async def test_the_wait_for_an_earlier_interrupt_is_not_the_next_cells_time(kernel: Kernel) -> None:
+    await _cancel_at_first_output(kernel, _BUSY_CONTROL.format(2) + "print('x', flush=True)\ntime.sleep(0.5)")
+    assert (await _run(kernel, "print('next')", seconds=1))[0] == "next\n"  # waits 2 s, runs at once
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "others", ["get_ipython().run_cell('1', silent=True)", "get_ipython().run_cell('')", "%run -i other.ipy"]
+)
+async def test_a_cell_that_ran_other_cells_can_still_be_interrupted(
+    kernel: Kernel, tmp_path: Path, others: str
+) -> None:
+    """Each cell run inside another ends with its own events; the outer cell is interruptible
+    until it ends itself (else its timeout would kill the kernel, and a cancel would be lost)."""
+    (tmp_path / "other.ipy").write_text("y = 1\n")
+    pid = kernel.pid
+    with pytest.raises(TimeoutError):
+        await kernel.execute(f"{others}\nimport time\ntime.sleep(3600)", lambda _: None, _deadline(0.5))
+    assert kernel.alive and kernel.pid == pid  # interrupted, not killed
 
 
 @pytest.mark.timeout(60)

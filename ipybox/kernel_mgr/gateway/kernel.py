@@ -256,9 +256,13 @@ class GatewayKernel:
         if not self.alive:
             raise self._gone()
         if (interrupting := self._interrupting) is not None:  # an earlier cell's interrupt reaches
-            self._interrupting = None  # the kernel before this cell does, never this cell
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(interrupting), 5)
+            deadline.pause()  # the kernel before this cell does, never this cell
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(interrupting), 5)
+            finally:
+                deadline.resume()
+            self._interrupting = None  # not when cancelled meanwhile: the next cell waits then
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         msg_id = _msg_id()
         self._waiters[msg_id] = queue
