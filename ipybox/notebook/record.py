@@ -335,6 +335,7 @@ class SessionRecord:
         self.entries: list[CellRecord | SessionMark] = []
         self.created = _now()
         self._checked = 0  # the entries validated already, as they are for good
+        self._begun: list[tuple[int, CellRecord]] = []  # cells begun here and not yet seen finished
         self._images = _SessionImages()
         self._code_cells = 0
         #: The saved text of each finished entry (`_format.cell_text`), with its `CellRecord.version`,
@@ -351,6 +352,7 @@ class SessionRecord:
         cell's own, where it runs with others than the session's), as the cell's result does."""
         self._code_cells += 1
         cell = CellRecord(code, self._code_cells, limits or self.limits, self._images)
+        self._begun.append((len(self.entries), cell))
         self.entries.append(cell)
         return cell
 
@@ -377,11 +379,11 @@ class SessionRecord:
         return nb
 
     def _settled(self) -> int:
-        """The entries before the first running cell: finished cells change only where an image
-        made way for newer ones, and stay valid."""
-        entries = self.entries
-        running = (i for i, e in enumerate(entries) if isinstance(e, CellRecord) and e.status == "running")
-        return next(running, len(entries))
+        """The entries before the first cell still running: finished cells change only where an
+        image made way for newer ones, and stay valid. (A cell recorded as running in a notebook
+        this record was loaded from never ends: it does not count.)"""
+        self._begun = [(i, cell) for i, cell in self._begun if cell.status == "running"]
+        return min((i for i, _ in self._begun), default=len(self.entries))
 
     def _text(self) -> str:
         """`_format.dumps(self._notebook())`, with each finished entry's text made once and kept

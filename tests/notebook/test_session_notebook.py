@@ -322,6 +322,25 @@ def test_each_save_writes_what_a_whole_new_serialization_would(
     assert [c.code for c in loaded.cells] == [c.code for c in record.cells]  # a valid notebook
 
 
+def test_a_resumed_record_saves_each_cell_once_past_a_cell_recorded_running(tmp_path: Path) -> None:
+    """A notebook saved while a cell ran holds it as running for good: the cells after it, in the
+    record loaded from it, are still made and validated once, not at every save."""
+    first = SessionRecord("resumed")
+    first.begin_cell("cut short").add_output("stream", {"name": "stdout", "text": "partial\n"})
+    first.save(tmp_path / "before.ipynb")
+    record = SessionRecord.load(tmp_path / "before.ipynb")
+    for n in range(3):
+        cell = record.begin_cell(f"print({n})")
+        cell.add_output("stream", {"name": "stdout", "text": f"{n}\n"})
+        cell.finish(0.1)
+        record.save(tmp_path / "after.ipynb")
+        expected = _format.dumps(record._notebook()).encode(errors="backslashreplace")
+        assert (tmp_path / "after.ipynb").read_bytes() == expected
+    assert record.cells[0].status == "running"
+    assert record._checked == len(record.entries)  # past the cell recorded running
+    assert set(record._texts) >= {1, 2, 3}  # each later cell's text kept for the next save
+
+
 #: Output whose carriage returns (a line ending to Markdown) would end the indented code block that
 #: `nbconvert --to markdown` puts it in: what follows one, and the lines after, became Markdown
 #: and HTML (an image fetched where the export is shown, a link, a heading). In a stream, a
