@@ -421,11 +421,7 @@ class Kernel:
         seconds, the kernel is killed and `KernelDied` raised instead.
         """
         client = self._require_client()
-        deadline.pause()  # the wait is not this cell's time
-        try:
-            await self._interrupt_taken(client)
-        finally:
-            deadline.resume()
+        await self._interrupt_taken(client, deadline)
         if self._cgroup is not None:
             self._oom_kills = self._cgroup.oom_kills()
         # stop_on_error=False: an interrupted (e.g. abandoned) cell must not make the kernel
@@ -549,16 +545,19 @@ class Kernel:
         client.control_channel.send(request)
         self._interrupt_sent = request["header"]["msg_id"]
 
-    async def _interrupt_taken(self, client: AsyncKernelClient, grace: float = 5) -> None:
+    async def _interrupt_taken(self, client: AsyncKernelClient, deadline: Deadline, grace: float = 5) -> None:
         """Wait until the kernel answered the last interrupt request, if one is unanswered: it
         answers once it has sent itself the signal, so an interrupt meant for an earlier cell
-        never reaches the next one."""
+        never reaches the next one. The wait is not the next cell's time (`deadline` paused)."""
         if (msg_id := self._interrupt_sent) is None:
             return
+        deadline.pause()
         try:
             await self._race(self._reply(client.get_control_msg, msg_id), grace)
         except TimeoutError:
             logger.warning("kernel %s did not answer an interrupt request within %g s", self.pid, grace)
+        finally:
+            deadline.resume()
         # not when cancelled meanwhile: the next cell waits for the answer then
         self._interrupt_sent = None
 

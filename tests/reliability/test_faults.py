@@ -33,6 +33,7 @@ from servers.launch import (
 )
 
 from ipybox import ApprovalRequest, CodeExecutionChunk, CodeExecutionError, CodeExecutionResult, CodeExecutor
+from ipybox.kernel_mgr.deadline import Deadline
 from ipybox.kernel_mgr.kernel import Kernel, KernelDied, kernel_environment
 from ipybox.kernel_mgr.limits import ResourceLimits
 
@@ -223,8 +224,7 @@ async def test_kernel_wrapper_killed_mid_cell() -> None:
         inner = descendants(psutil.Process(kernel.pid))
         assert any("ipybox.kernel_mgr.launch" in p.cmdline() for p in inner), [describe(p) for p in inner]
         printed = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        cell = asyncio.create_task(kernel.execute(SLEEP, lambda _: printed.set(), loop.time() + 60))
+        cell = asyncio.create_task(kernel.execute(SLEEP, lambda _: printed.set(), Deadline(60)))
         await asyncio.wait_for(printed.wait(), 30)
         killed = time.monotonic()
         os.kill(kernel.pid, signal.SIGKILL)
