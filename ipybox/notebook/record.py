@@ -352,7 +352,7 @@ class SessionRecord:
         cell's own, where it runs with others than the session's), as the cell's result does."""
         self._code_cells += 1
         cell = CellRecord(code, self._code_cells, limits or self.limits, self._images)
-        self._begun.append((len(self.entries), cell))
+        self._still_running().append((len(self.entries), cell))  # finished ones go, saved or not
         self.entries.append(cell)
         return cell
 
@@ -382,8 +382,12 @@ class SessionRecord:
         """The entries before the first cell still running: finished cells change only where an
         image made way for newer ones, and stay valid. (A cell recorded as running in a notebook
         this record was loaded from never ends: it does not count.)"""
+        return min((i for i, _ in self._still_running()), default=len(self.entries))
+
+    def _still_running(self) -> list[tuple[int, CellRecord]]:
+        """The cells begun here that still run, with their places in `entries`."""
         self._begun = [(i, cell) for i, cell in self._begun if cell.status == "running"]
-        return min((i for i, _ in self._begun), default=len(self.entries))
+        return self._begun
 
     def _text(self) -> str:
         """`_format.dumps(self._notebook())`, with each finished entry's text made once and kept

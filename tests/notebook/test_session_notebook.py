@@ -339,6 +339,9 @@ def test_a_resumed_record_saves_each_cell_once_past_a_cell_recorded_running(tmp_
     assert record.cells[0].status == "running"
     assert record._checked == len(record.entries)  # past the cell recorded running
     assert set(record._texts) >= {1, 2, 3}  # each later cell's text kept for the next save
+    for n in range(100):  # a session never saved holds no list of its finished cells
+        record.begin_cell(f"print({n})").finish(0.1)
+    assert [cell.code for _, cell in record._begun] == ["print(99)"]
 
 
 #: Output whose carriage returns (a line ending to Markdown) would end the indented code block that
