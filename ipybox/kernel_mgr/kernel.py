@@ -505,10 +505,12 @@ class Kernel:
     async def _arrived_shell_reply(client: AsyncKernelClient, msg_id: str) -> dict[str, Any] | None:
         """The execute reply if it is there already, as it mostly is once the idle status came;
         taken without the task and wait of a race. None if it has not arrived."""
+        taken = 0
         with contextlib.suppress(Empty):
             while True:
-                try:
-                    msg: dict[str, Any] = await _next_message(client.shell_channel, timeout=0)
+                taken += 1
+                try:  # as `_drain_iopub`: every 32nd through the event loop
+                    msg = await _next_message(client.shell_channel, 0, at_once=taken % 32 != 0)
                 except (ValueError, RecursionError):  # malformed: skipped
                     continue
                 if msg["parent_header"].get("msg_id") == msg_id:
