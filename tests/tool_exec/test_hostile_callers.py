@@ -75,10 +75,12 @@ def deep(n, kind=list):
 SPLIT = "exchange_split()"
 #: Callers that hang up mid-call: at once, after half a request, or shutting their side only.
 HANG_UP = """
+import time
 for tail, end in [(b"", "close"), (b'{"op": "run"', "close"), (b"", "shutdown"), (b'{"op"', "shutdown")]:
     sock = connect()
     sock.sendall(request("slow", seconds=30) + tail)
     sock.shutdown(socket.SHUT_WR) if end == "shutdown" else sock.close()
+time.sleep(2)  # the calls are approved (automatically) only while the cell that makes them runs
 """
 #: A cell whose thread's tool call (approved while the cell runs) ends after the cell, which goes on
 #: until the test has approved the call and made the file `go`.
