@@ -44,7 +44,7 @@ def _replace(path, target):
 def _swap():
     while True:
         time.sleep(0.001)
-        if SWAP["target"] != "off":
+        if SWAP["target"] != "off" and SWAP["glob"]:  # (the image test swaps on close only)
             for path in glob.glob(SWAP["glob"]):
                 _replace(path, SWAP["target"])
 threading.Thread(target=_swap, daemon=True).start()
