@@ -187,6 +187,12 @@ def placeholder_values(value: Any, env: Mapping[str, str]) -> set[str]:
 
 def redact(text: str, secrets: Iterable[str]) -> str:
     """`text` with every secret value (of 4 characters or more) replaced by `***`."""
-    for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+    for secret in redacted_values(secrets):
         text = text.replace(secret, "***")
     return text
+
+
+def redacted_values(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The secrets `redact` replaces (4 characters or more), in the order it replaces them: the
+    longest first, so that a secret holding another is replaced whole."""
+    return tuple(sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True))

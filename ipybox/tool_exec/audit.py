@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ipybox import _safe_fs
-from ipybox.mcp_client.placeholders import redact
+from ipybox.mcp_client.placeholders import redacted_values
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +47,13 @@ def redact_value(
 
 class _Redaction:
     def __init__(self, secrets: tuple[str, ...], limit: int | None, items: int) -> None:
-        self.secrets, self.limit, self.left = secrets, limit, items
+        self.secrets = redacted_values(secrets)  # sorted once, not for each string
+        self.limit, self.left = limit, items
 
     def walk(self, value: Any) -> Any:
         if isinstance(value, str):
-            value = redact(value, self.secrets)
+            for secret in self.secrets:
+                value = value.replace(secret, "***")
             return value if self.limit is None or len(value) <= self.limit else value[: self.limit] + "…"
         if isinstance(value, dict):  # its keys are taken before any value is walked, as a list's items
             keys = list(islice(value, max(self.left, 0)))

@@ -1,6 +1,6 @@
 """Kernel code that calls tools as no client would: on raw connections, or from threads.
 
-A call runs in its connection's task while a read of the next request watches for a hang-up.
+A call runs in its connection's task; the connection's end while it runs (a hang-up) cancels it.
 Kernel code may pipeline requests, hang up mid-call, send lines too large or nested too deep:
 each gets an answer (or its call cancelled), and every byte of `tool_buffer` those requests held
 is given back, so a kernel cannot shrink its own budget until its tool calls are refused. A call
@@ -54,6 +54,12 @@ def replies(sock, count=1):
 def exchange(data, count=1):
     with connect() as sock:
         sock.sendall(data)
+        return replies(sock, count)
+
+def exchange_then_shut(data, count):
+    with connect() as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
         return replies(sock, count)
 
 def exchange_split():
@@ -181,6 +187,11 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
         # pipelined: two requests in one send, answered in order
         both = await run(executor, "exchange(request('echo', message='a') + request('echo', message='b'), 2)")
         assert [r["result"]["text"] for r in both] == ["a", "b"]
+        # sent together, then the stream shut for writing: its caller still waits for the replies,
+        # so this end of the stream, unlike a hang-up, cancels neither call
+        shut = "exchange_then_shut(request('slow', seconds=0.5) + request('echo', message='b'), 2)"
+        both = await run(executor, shut)
+        assert [r["result"]["text"] for r in both] == ["done", "b"], both
 
         # a line too large for the budget, sent while a call runs: the call still ends and is
         # answered, then the line is refused; an approval hello mid-call gets no say over it

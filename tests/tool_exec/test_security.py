@@ -7,6 +7,7 @@ must not let kernel code approve tool calls, and must ask the application about 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from ipybox import (
     CodeExecutor,
     generate_mcp_sources,
 )
+from ipybox.tool_exec import registry
 
 from .conftest import Workspace
 
@@ -252,6 +254,36 @@ ToolRunner(SERVER_NAME, {params!r}).run_sync("echo", {{"message": "x"}})
         requests, outcome = await collect(executor, code, lambda r: "accept")
         assert requests == []
         assert isinstance(outcome, CodeExecutionError) and "not registered" in str(outcome)
+
+
+@pytest.mark.timeout(60)
+async def test_a_registration_removed_stops_calls_and_a_new_one_counts_at_once(
+    executor: CodeExecutor, workspace: Workspace
+) -> None:
+    """The tool server takes a registration it found as still there for a second (reading the
+    registry for every call cost latency): one removed by hand stops calls within that time; one
+    added counts at the next call, as a server not found is always looked up anew."""
+    call = "from mcptools.nasty import echo\nprint(echo.run(echo.Params(message='hi')))"
+    assert (await executor.execute(call)).text == "hi"
+    path = registry.registry_file(None)  # where the workspace fixture registers its servers
+    kept = path.read_text()
+    path.write_text(json.dumps({"servers": {}}))
+
+    async def refused() -> bool:
+        try:
+            await executor.execute(call)
+        except CodeExecutionError as e:
+            assert "not registered" in str(e), e
+            return True
+        return False
+
+    for _ in range(40):  # well past the second, however slowly the calls go
+        if await refused():
+            break
+        await asyncio.sleep(0.1)
+    assert await refused()
+    path.write_text(kept)  # registered again (as generate_mcp_sources would): the next call runs
+    assert (await executor.execute(call)).text == "hi"
 
 
 @pytest.mark.timeout(60)

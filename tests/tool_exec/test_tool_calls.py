@@ -182,6 +182,25 @@ async def test_execute_auto_approves_every_call(executor: CodeExecutor) -> None:
     assert result.text == "one\ntwo\nthree"
 
 
+@pytest.mark.timeout(60)
+async def test_a_caller_waiting_for_a_slow_tool_sleeps(executor: CodeExecutor) -> None:
+    """A caller polls for its reply a moment before it sleeps, while its last reply came quickly
+    (a wake-up from sleep costs a fast call a good part of its latency): while a slow tool runs
+    it uses next to no processor time, and quick calls between slow ones still get their replies."""
+    code = """
+import time
+from mcptools.nasty import echo, slow
+used = time.thread_time()
+for _ in range(3):
+    slow.run(slow.Params(seconds=0.3))
+    print(echo.run(echo.Params(message="quick")))
+print(round(time.thread_time() - used, 3))
+"""
+    *quick, used = (await executor.execute(code)).text.splitlines()
+    assert quick == ["quick"] * 3
+    assert float(used) < 0.3, used  # polling through the slow calls would take about 0.9 s
+
+
 # --- errors and restarts --------------------------------------------------------------------------
 
 
