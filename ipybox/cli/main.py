@@ -101,6 +101,14 @@ def _build(args: argparse.Namespace) -> tuple[Any, Callable[[Any], None]]:
     return create_server(options, token_verifier=verifier, auth=auth), _runner(args, workspace, verifier)
 
 
+def _serve_stdio(server: Any) -> None:
+    import anyio
+
+    from ipybox.mcp_server import stdio
+
+    anyio.run(stdio.serve, server)
+
+
 def _limits(args: argparse.Namespace) -> ResourceLimits:
     return ResourceLimits(
         memory=args.memory_limit,
@@ -123,7 +131,7 @@ def _runner(args: argparse.Namespace, workspace: Path, verifier: Any) -> Callabl
                 f"MCP server on stdio for the workspace {workspace}: MCP clients start this command "
                 "and speak JSON-RPC on its stdin; Ctrl-C stops it"
             )
-        return lambda s: s.run("stdio")
+        return _serve_stdio
 
     def serve(s: Any) -> None:
         url = _url(args.host, args.port)

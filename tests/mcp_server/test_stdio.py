@@ -7,10 +7,15 @@ import base64
 import importlib.util
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
+import subprocess
 import sys
+import time
+import tty
 from pathlib import Path
 
 import psutil
@@ -22,7 +27,9 @@ from servers.launch import NODE_BIN, REPO, network_env, require_sandbox
 
 from .conftest import (
     EVERYTHING,
+    IPYBOX_COMMAND,
     NASTY,
+    NO_SPARE,
     TRUNCATION_MARKER,
     images_of,
     ipybox_processes,
@@ -504,6 +511,95 @@ async def test_stdout_carries_only_json_rpc(workspace: Path, state_dir: Path) ->
     for line in rest.splitlines():
         json.loads(line)
     assert returncode == 0
+
+
+# --- the wire: read and written on the event loop, never made non-blocking -----------------------
+
+_INIT = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+
+
+def _on(stdin: int, stdout: int, workspace: Path, state_dir: Path) -> subprocess.Popen[bytes]:
+    command = [*IPYBOX_COMMAND, "--workspace", str(workspace), "--approval", "auto", *NO_SPARE]
+    return subprocess.Popen(
+        command, stdin=stdin, stdout=stdout, stderr=subprocess.DEVNULL, env=server_env(state_dir)
+    )
+
+
+def _line(request_id: int, method: str, params: dict[str, object]) -> bytes:
+    return (
+        json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode() + b"\n"
+    )
+
+
+def _answers(fd: int, count: int, timeout: float = 60) -> dict[int, dict[str, object]]:
+    """The first `count` answers read from `fd` (notifications skipped), by id; every line JSON."""
+    answers: dict[int, dict[str, object]] = {}
+    data = b""
+    deadline = time.monotonic() + timeout
+    while len(answers) < count:
+        assert select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0], (
+            len(answers),
+            data[-300:],
+        )
+        chunk = os.read(fd, 1 << 16)
+        assert chunk, f"ipybox closed stdout after {len(answers)} answers"
+        *lines, data = (data + chunk).split(b"\n")
+        for line in lines:
+            message = json.loads(line)
+            if "id" in message:
+                answers[message["id"]] = message
+    return answers
+
+
+async def test_answers_larger_than_the_pipe_wait_for_a_slow_reader_and_stdio_stays_blocking(
+    workspace: Path, state_dir: Path
+) -> None:
+    """The client takes nothing until it has sent all its requests, whose answers (600 KB) are
+    far more than a pipe holds: each waits until the client reads, and all arrive whole. The
+    server's ends of both pipes stay blocking: their flags are shared with every process that
+    holds them (this test keeps a copy of each)."""
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    process = _on(stdin_r, stdout_w, workspace, state_dir)
+    try:
+        requests = [
+            _line(0, "initialize", _INIT),
+            b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n',
+        ]
+        for i in range(1, 31):
+            cell = {"code": f"print({i}, 'x' * 20_000)", "max_output_chars": 30_000}
+            requests.append(_line(i, "tools/call", {"name": "execute_ipython_cell", "arguments": cell}))
+        os.write(stdin_w, b"".join(requests))
+        await asyncio.sleep(3)  # the first answers fill the pipe meanwhile
+        answers = _answers(stdout_r, 31)
+        for i in range(1, 31):
+            text = answers[i]["result"]["content"][0]["text"]  # type: ignore[index]
+            assert text.strip() == f"{i} {'x' * 20_000}", (i, text[:100])
+        assert os.get_blocking(stdin_r) and os.get_blocking(stdout_w)
+    finally:
+        process.kill()
+        process.wait()
+        for fd in (stdin_r, stdin_w, stdout_r, stdout_w):
+            os.close(fd)
+
+
+async def test_a_terminal_is_served_too_and_stays_blocking(workspace: Path, state_dir: Path) -> None:
+    """Started by hand in a terminal, ipybox serves it (through the SDK's streams: the event loop
+    cannot take a terminal without making it non-blocking, which would outlive ipybox in the
+    person's shell)."""
+    controller, terminal = pty.openpty()
+    tty.setraw(terminal)  # bytes as they are: no echo, no line ends changed
+    process = _on(terminal, terminal, workspace, state_dir)
+    try:
+        os.write(controller, _line(0, "initialize", _INIT))
+        answer = _answers(controller, 1)[0]
+        assert answer["result"]["serverInfo"]["name"] == "ipybox", answer  # type: ignore[index]
+        assert os.get_blocking(terminal)
+    finally:
+        process.kill()
+        process.wait()
+        os.close(controller)
+        os.close(terminal)
 
 
 @requires_node
