@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx2
     from jupyter_client.asynchronous.client import AsyncKernelClient
+    from mcp.server.lowlevel import Server
+    from mcp.server.mcpserver import MCPServer
 
 
 def adopt_kernel_info(client: AsyncKernelClient, reply: dict[str, Any]) -> None:
@@ -28,3 +30,9 @@ def mcp_http_client(headers: Mapping[str, str] | None) -> httpx2.AsyncClient:
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     return create_mcp_http_client(headers=dict(headers) if headers is not None else None)
+
+
+def lowlevel_server(server: MCPServer[Any]) -> Server[Any]:
+    """The low-level server an `MCPServer` runs on a transport's streams (its `run_stdio_async`
+    serves this on the SDK's own stdio streams; ipybox serves it on its own)."""
+    return server._lowlevel_server

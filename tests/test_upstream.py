@@ -46,3 +46,15 @@ async def test_mcp_http_client_gets_the_headers() -> None:
 
     async with mcp_http_client({"X-Test": "1"}) as client:
         assert client.headers["X-Test"] == "1"
+
+
+def test_an_mcp_server_has_a_lowlevel_server_to_run() -> None:
+    from mcp.server.lowlevel import Server
+    from mcp.server.mcpserver import MCPServer
+
+    from ipybox.upstream import lowlevel_server
+
+    lowlevel = lowlevel_server(MCPServer("probe"))
+    assert isinstance(lowlevel, Server) and lowlevel.name == "probe"
+    parameters = list(inspect.signature(lowlevel.run).parameters)
+    assert parameters[:3] == ["read_stream", "write_stream", "initialization_options"]

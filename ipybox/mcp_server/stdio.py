@@ -42,8 +42,10 @@ async def serve(server: MCPServer[Any]) -> None:
     """Run `server` on stdin and stdout until the client hangs up."""
     from mcp.server.stdio import stdio_server
 
+    from ipybox.upstream import lowlevel_server
+
     async with _wire() as streams, stdio_server(*streams) as (read, write):
-        lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async serves, too
+        lowlevel = lowlevel_server(server)
         await lowlevel.run(read, write, lowlevel.create_initialization_options())
 
 
