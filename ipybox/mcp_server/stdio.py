@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-#: Lines read ahead of the server before ipybox stops reading stdin (until the server takes one).
+#: Lines, and bytes of them, read ahead of the server before ipybox stops reading stdin (until the
+#: server takes one): the client then waits, rather than ipybox's memory growing.
 _READ_AHEAD = 64
+_READ_AHEAD_BYTES = 1 << 20
 #: Bytes taken from stdin at a time.
 _CHUNK = 1 << 16
 #: Bytes written at a time: a write of at most PIPE_BUF bytes to a writable pipe never blocks.
@@ -100,16 +102,18 @@ class _Lines:
         self._fd = fd
         self._loop = asyncio.get_running_loop()
         self._lines: collections.deque[bytes] = collections.deque()
-        self._partial = b""
+        self._queued = 0  # bytes of `_lines`
+        self._partial: list[bytes] = []  # the pieces of a line still without its end
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
         self._reading = False
         self._read()
 
     def _read(self) -> None:
-        if not self._reading and not self._ended:
-            self._loop.add_reader(self._fd, self._readable)
-            self._reading = True
+        if not (self._reading or self._ended) and len(self._lines) < _READ_AHEAD:
+            if self._queued < _READ_AHEAD_BYTES:
+                self._loop.add_reader(self._fd, self._readable)
+                self._reading = True
 
     def close(self) -> None:
         if self._reading:
@@ -122,17 +126,27 @@ class _Lines:
         except OSError:
             data = b""
         if data:
-            *complete, self._partial = (self._partial + data).split(b"\n")
-            self._lines.extend(complete)
+            first, *rest = data.split(b"\n")
+            self._partial.append(first)
+            if rest:  # a line ended: joined once, however many pieces it came in
+                self._add(b"".join(self._partial))
+                *complete, last = rest
+                for line in complete:
+                    self._add(line)
+                self._partial = [last]
         else:
             self._ended = True
-            if self._partial:
-                self._lines.append(self._partial)  # a last line without its line end
-            self._partial = b""
-        if self._ended or len(self._lines) >= _READ_AHEAD:
+            if last_line := b"".join(self._partial):
+                self._add(last_line)  # a last line without its line end
+            self._partial = []
+        if self._ended or len(self._lines) >= _READ_AHEAD or self._queued >= _READ_AHEAD_BYTES:
             self.close()  # the end; or the server is behind: the client waits, not ipybox's memory
         if self._waiter is not None and not self._waiter.done() and (self._lines or self._ended):
             self._waiter.set_result(None)
+
+    def _add(self, line: bytes) -> None:
+        self._lines.append(line)
+        self._queued += len(line)
 
     def __aiter__(self) -> _Lines:
         return self
@@ -144,6 +158,7 @@ class _Lines:
             self._waiter = self._loop.create_future()
             await self._waiter
         line = self._lines.popleft()
+        self._queued -= len(line)
         self._read()
         return line.decode("utf-8", errors="replace")
 

@@ -555,7 +555,8 @@ async def test_answers_larger_than_the_pipe_wait_for_a_slow_reader_and_stdio_sta
     workspace: Path, state_dir: Path
 ) -> None:
     """The client takes nothing until it has sent all its requests, whose answers (600 KB) are
-    far more than a pipe holds: each waits until the client reads, and all arrive whole. The
+    far more than a pipe holds: each waits until the client reads, and all arrive whole, as does
+    the answer to a request line that came in two parts with a pause between them. The
     server's ends of both pipes stay blocking: their flags are shared with every process that
     holds them (this test keeps a copy of each)."""
     stdin_r, stdin_w = os.pipe()
@@ -569,9 +570,14 @@ async def test_answers_larger_than_the_pipe_wait_for_a_slow_reader_and_stdio_sta
         for i in range(1, 31):
             cell = {"code": f"print({i}, 'x' * 20_000)", "max_output_chars": 30_000}
             requests.append(_line(i, "tools/call", {"name": "execute_ipython_cell", "arguments": cell}))
-        os.write(stdin_w, b"".join(requests))
+        # a line of 600 KB in two halves, the second after a pause: read in pieces, taken whole
+        cell = {"code": f"x = {'y' * 600_000!r}\nprint(len(x))"}
+        big = _line(31, "tools/call", {"name": "execute_ipython_cell", "arguments": cell})
+        os.write(stdin_w, b"".join(requests) + big[:300_000])
         await asyncio.sleep(3)  # the first answers fill the pipe meanwhile
-        answers = _answers(stdout_r, 31)
+        os.write(stdin_w, big[300_000:])
+        answers = _answers(stdout_r, 32)
+        assert answers[31]["result"]["content"][0]["text"].strip() == "600000", answers[31]  # type: ignore[index]
         for i in range(1, 31):
             text = answers[i]["result"]["content"][0]["text"]  # type: ignore[index]
             assert text.strip() == f"{i} {'x' * 20_000}", (i, text[:100])
