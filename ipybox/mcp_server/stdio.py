@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import select
 import stat
@@ -30,8 +31,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-#: Lines, and bytes of them, read ahead of the server before ipybox stops reading stdin (until the
-#: server takes one): the client then waits, rather than ipybox's memory growing.
+logger = logging.getLogger(__name__)
+
+#: Whole lines, and bytes of them, read ahead of the server before ipybox stops reading stdin
+#: (until the server takes one): the client then waits, rather than ipybox's memory growing. (A
+#: line still coming is read whole, as the SDK reads it: the client is not the untrusted party.)
 _READ_AHEAD = 64
 _READ_AHEAD_BYTES = 1 << 20
 #: Bytes taken from stdin at a time.
@@ -46,9 +50,12 @@ async def serve(server: MCPServer[Any]) -> None:
 
     from ipybox.upstream import lowlevel_server
 
-    async with _wire() as streams, stdio_server(*streams) as (read, write):
-        lowlevel = lowlevel_server(server)
-        await lowlevel.run(read, write, lowlevel.create_initialization_options())
+    try:
+        async with _wire() as streams, stdio_server(*streams) as (read, write):
+            lowlevel = lowlevel_server(server)
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
+    except* (BrokenPipeError, ConnectionResetError):  # nothing can answer a client that stopped reading
+        logger.warning("the client closed ipybox's stdout; stopping")
 
 
 @contextlib.asynccontextmanager
@@ -82,6 +89,7 @@ def _claimed(fd: int, flags: int) -> Any:
     import fcntl  # not on Windows, which never gets here
 
     private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)  # above stdio, and no program started inherits it
+    _flush(fd)  # what was printed before goes where it was meant to, and nothing after reaches the wire
     if fd == 0:
         null = os.open(os.devnull, flags)
         os.dup2(null, fd)
@@ -91,8 +99,16 @@ def _claimed(fd: int, flags: int) -> Any:
     try:
         yield private
     finally:
+        _flush(fd)
         os.dup2(private, fd)
         os.close(private)
+
+
+def _flush(fd: int) -> None:
+    """Flush what Python holds for `fd` (stdout's buffer), before the descriptor is moved."""
+    if fd == 1:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
 
 
 class _Lines:
@@ -123,6 +139,8 @@ class _Lines:
     def _readable(self) -> None:
         try:
             data = os.read(self._fd, _CHUNK)
+        except BlockingIOError:
+            return  # made non-blocking by a process it is shared with, and read by it first: wait on
         except OSError:
             data = b""
         if data:

@@ -334,7 +334,9 @@ class Listener:
 async def _call_and_reply(call: Coroutine[Any, Any, Any], writer: asyncio.StreamWriter) -> None:
     """Run a call and send its result or error, in the call's own task (a cancelled call sends
     nothing: nobody waits for it). Written at once, not from a done callback: that would cost
-    the reply an event-loop turn."""
+    the reply an event-loop turn. Returns once the transport has taken the reply (at once,
+    unless the caller leaves its replies unread): until then the connection reads no further
+    request, so replies never pile up on the host (the budget does not count them)."""
     try:
         message: dict[str, Any] = {"ok": True, "result": await call}
     except ToolCallError as error:
@@ -344,6 +346,7 @@ async def _call_and_reply(call: Coroutine[Any, Any, Any], writer: asyncio.Stream
         message = {"ok": False, "error": f"tool server error: {type(error).__name__}: {error}"}
     if not writer.is_closing():
         writer.write(json.dumps(message).encode() + b"\n")
+        await writer.drain()
 
 
 def _allocated(size: int) -> int:

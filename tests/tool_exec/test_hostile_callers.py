@@ -239,3 +239,46 @@ async def test_hostile_callers_are_answered_recorded_and_give_back_their_budget(
         [cell] = [c for c in executor.notebook().cells if c.source == SLOW]
         [call] = cell.metadata["ipybox"]["tool_calls"]
         assert (call["tool"], call["decision"]) == ("slow", "auto") and "cancelled" in call["error"], call
+
+
+#: Kernel code: a thread sends 40 requests with 1 MB replies on one connection, which nobody
+#: reads, for 3 s (while the cell runs, its calls are approved automatically).
+UNREAD_REPLIES = """
+import threading, time
+sock = connect()
+big = request('echo', message='y' * 1_000_000)
+
+def flood():
+    try:
+        for _ in range(40):
+            sock.sendall(big)
+    except OSError:
+        pass
+
+threading.Thread(target=flood, daemon=True).start()
+time.sleep(3)
+sock.shutdown(socket.SHUT_RDWR)
+sock.close()
+"""
+
+
+async def test_a_caller_that_never_reads_its_replies_gets_no_more_calls(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """Replies wait in the host's memory until the kernel reads them, which `tool_buffer` does not
+    count: a connection reads no further request until its last reply is taken, so a kernel that
+    sends and never reads gets a call or two made, not 40 (40 MB held on the host)."""
+    workspace.register()
+    log = tmp_path / "audit.jsonl"
+    options: dict[str, Any] = {"spare_kernel": False, "audit_log": log}
+    async with CodeExecutor(working_dir=workspace.root, **options) as executor:
+        await executor.execute(RAW)
+        await executor.execute(UNREAD_REPLIES)
+        for _ in range(100):  # the hang-up reaches the server after the cell: until the budget is back
+            if tool_server_buffered(executor) == 0:
+                break
+            await asyncio.sleep(0.05)
+        made = [e for e in audit(log) if e["tool"] == "echo"]
+        assert 1 <= len(made) <= 3, [(e["outcome"], e.get("error")) for e in made]
+        assert tool_server_buffered(executor) == 0
+        assert (await executor.execute(ECHO)).text == "after"
