@@ -64,7 +64,7 @@ async def _wire() -> AsyncIterator[tuple[Any, Any]]:
     if not (_served_on_loop(0) and _served_on_loop(1)):
         yield None, None
         return
-    with _claimed(0, os.O_RDONLY) as stdin, _claimed(1, os.O_WRONLY) as stdout:
+    with _claimed(0) as stdin, _claimed(1) as stdout:
         lines = _Lines(stdin)
         try:
             yield lines, _Writer(stdout)
@@ -84,14 +84,14 @@ def _served_on_loop(fd: int) -> bool:
 
 
 @contextlib.contextmanager
-def _claimed(fd: int, flags: int) -> Any:
+def _claimed(fd: int) -> Any:
     """A private copy of `fd`, which meanwhile reads /dev/null (0) or writes to stderr (1)."""
     import fcntl  # not on Windows, which never gets here
 
     private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)  # above stdio, and no program started inherits it
     _flush(fd)  # what was printed before goes where it was meant to, and nothing after reaches the wire
     if fd == 0:
-        null = os.open(os.devnull, flags)
+        null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, fd)
         os.close(null)
     else:
