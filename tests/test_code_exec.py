@@ -118,6 +118,46 @@ async def test_many_executions_lose_no_output(executor: CodeExecutor) -> None:
         assert result.text == str(i), f"execution {i} returned {result.text!r}"
 
 
+#: Kernel code: the thread that forwards fd 1 and 2 to the streams (ipybox's, or ipykernel's
+#: watcher) waits 50 ms before each piece it passes on, as on a machine too busy to run it.
+SLOW_FORWARDING = """
+import os, sys, threading, time
+
+class _SlowForForwarders:
+    def __init__(self, lock):
+        self._lock = lock
+
+    def __enter__(self):
+        name = threading.current_thread().name
+        if name.startswith("ipybox-fd") or "_watch_pipe_fd" in name:
+            time.sleep(0.05)
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self._lock.__exit__(*exc)
+
+for _stream in (sys.stdout, sys.stderr):
+    _stream._buffer_lock = _SlowForForwarders(_stream._buffer_lock)
+"""
+
+
+@pytest.mark.timeout(120)
+async def test_output_written_to_the_fds_as_a_cell_ends_is_in_that_cell(executor: CodeExecutor) -> None:
+    """What C code or a child process writes to fd 1 or 2 reaches the cell it was written in, also
+    when the thread that passes it on is slow to: the cell ends once the output has arrived, not
+    once the pipe is empty (ipykernel's forwarding then lost it: every line here)."""
+    await executor.execute(SLOW_FORWARDING)
+    for i in range(5):
+        result = await executor.execute(f"os.write(1, b'out {i}\\n'); _ = os.write(2, b'err {i}\\n')")
+        assert sorted((result.text or "").splitlines()) == [f"err {i}", f"out {i}"], (i, result.text)
+    result = await executor.execute("import subprocess\n_ = subprocess.run(['echo', 'from a child'])")
+    assert result.text == "from a child"
+    # code that hands the streams' descriptors on (to a child, to faulthandler) gets the pipe
+    code = "import faulthandler\nfaulthandler.enable()\n"
+    code += "_ = subprocess.run(['echo', 'via fileno'], stdout=sys.stdout)"
+    assert (await executor.execute(code)).text == "via fileno"
+
+
 # --- streaming -----------------------------------------------------------------------------------
 
 

@@ -3,8 +3,9 @@
 - `exit()` and `quit()` explain themselves instead of shutting the kernel down behind the
   caller's back; programs see `TERM=dumb` (with `NO_COLOR=1` from ipybox) and print no colours.
 - Output written straight to file descriptors 1 and 2 (by C code, `os.write`, child processes)
-  reaches ipykernel through a pipe that a thread forwards; a cell ends only once that pipe is
-  drained, so such output is never reported after the cell's result, or lost.
+  reaches the cell's stream through a pipe that a thread of ipybox's forwards (`_FdOutput`; the
+  kernel starts with ipykernel's own forwarding off); a cell ends only once all that came through
+  the pipe has reached the stream, so such output is never reported after the cell's result.
 - With `IPYBOX_WORKING_DIR` set, a cell that changed the working directory gets it changed back.
 - With `IPYBOX_APPROVE_SHELL` set, every way IPython starts a program asks the application
   (through the tool server) before it runs: `!cmd`, `!!cmd`, `x = !cmd`, `%sx`, `%system`,
@@ -75,14 +76,89 @@ def _pending(fd: int) -> int:
         return 0
 
 
+class _FdOutput:
+    """Forwards what is written to fd 1 or 2 to the cell's stream, and to where the fd pointed
+    before (the kernel's own stdout or stderr, which the host reads), as ipykernel's
+    `capture_fd_output` does; but it can tell when all that was written has arrived.
+
+    ipykernel's thread reads the pipe, then writes what it read to the stream: in between (a
+    thread switch, under load), the pipe is empty and the output not yet in the stream, and a
+    cell ending then lost it to the next cell. This thread counts the bytes waiting in the pipe
+    as taken before it reads them (under the GIL, so `arrived()` never sees them in neither
+    place) and as passed on once the stream has them.
+    """
+
+    def __init__(self, stream: Any, fd: int) -> None:
+        self.stream = stream
+        self._echo = os.dup(fd)
+        read, write = os.pipe()
+        os.dup2(write, fd)  # inheritable, as fd 1 and 2 are: child processes write into the pipe
+        os.close(write)
+        self._fd = read
+        # what `subprocess.run(..., stdout=sys.stdout)` and `faulthandler.enable()` write to: the
+        # pipe, so it reaches the cell too (ipykernel's own forwarding gives the fd it replaced)
+        stream.fileno = functools.partial(int, fd)
+        self._taken = self._passed = 0
+        threading.Thread(target=self._forward, name=f"ipybox-fd{fd}", daemon=True).start()
+
+    def arrived(self) -> bool:
+        """Whether everything written to the fd so far has reached the stream."""
+        return not _pending(self._fd) and self._taken == self._passed
+
+    def _forward(self) -> None:
+        import codecs
+        import select
+
+        text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # keeps a split character whole
+        readable = select.poll()
+        readable.register(self._fd, select.POLLIN)
+        while True:
+            readable.poll()
+            size = max(_pending(self._fd), 1)  # 0: the end (or a byte that came just now)
+            self._taken += size
+            try:
+                data = os.read(self._fd, size)
+            except OSError:
+                data = b""
+            if not data:
+                return  # every writer is gone: the kernel is ending
+            if decoded := text.decode(data):
+                with contextlib.suppress(Exception):  # a closed stream (the kernel ending)
+                    self.stream.write(decoded)
+            self._passed += len(data)
+            self._taken -= size - len(data)
+            with contextlib.suppress(OSError):
+                os.write(self._echo, data)
+
+
+#: ipybox's forwarders of fd 1 and 2 (none where ipykernel forwards them itself).
+_fd_outputs: list[_FdOutput] = []
+
+
+def _forward_fd_output() -> None:
+    """Forward fd 1 and 2 unless ipykernel does (a kernel not started by ipybox: a gateway's)."""
+    streams = ((sys.stdout, 1), (sys.stderr, 2))
+    if any(getattr(stream, "_fid", None) is not None for stream, _ in streams):
+        return
+    for stream, fd in streams:
+        if hasattr(stream, "session"):  # ipykernel's stream: what a cell's output goes to
+            _fd_outputs.append(_FdOutput(stream, fd))
+
+
 def drain_fd_output(*_: object) -> None:
-    """Wait until ipykernel has read what was written to the captured fds, then flush it.
+    """Wait until what was written to fd 1 and 2 has reached the streams, then flush it.
 
     ipykernel flushes both streams itself before it replies; the flush here (a round trip to its
     IO thread, which blocks) is only for output that had to be waited for.
     """
     deadline = time.monotonic() + _DRAIN_SECONDS
-    for stream in (sys.stdout, sys.stderr):
+    for output in _fd_outputs:
+        if output.arrived():
+            continue
+        while not output.arrived() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        output.stream.flush()
+    for stream in (sys.stdout, sys.stderr):  # where ipykernel forwards (it has no count to wait for)
         fd = getattr(stream, "_fid", None)  # the read end of ipykernel's capture pipe
         if not isinstance(fd, int) or not _pending(fd):
             continue
@@ -509,6 +585,7 @@ def install(shell: Any) -> None:
     for name in ("FORCE_COLOR", "CLICOLOR_FORCE", "CLICOLOR"):
         os.environ.pop(name, None)
     _Interrupts().install(shell)
+    _forward_fd_output()
     shell.events.register("post_run_cell", drain_fd_output)
     _track_executions(shell)
     with contextlib.suppress(OSError):  # a kernel without a writable temp dir keeps IPython's pip

@@ -47,6 +47,7 @@ _IN_KERNEL = "import ipybox.kernel_mgr.in_kernel as _m; _m.install(get_ipython()
 _KERNEL_OPTIONS = (
     "--IPKernelApp.log_level=ERROR",
     "--HistoryManager.enabled=False",
+    "--IPKernelApp.capture_fd_output=False",  # in_kernel forwards fd 1 and 2 itself (`_FdOutput`)
     f"--IPKernelApp.exec_lines={json.dumps([_IN_KERNEL])}",
 )
 
