@@ -156,6 +156,10 @@ async def test_output_written_to_the_fds_as_a_cell_ends_is_in_that_cell(executor
     code = "import faulthandler\nfaulthandler.enable()\n"
     code += "_ = subprocess.run(['echo', 'via fileno'], stdout=sys.stdout)"
     assert (await executor.execute(code)).text == "via fileno"
+    # a cell that closes fd 1 ends its forwarding, which then has nothing left to wait for
+    code = "import ipybox.kernel_mgr.in_kernel as ik\nos.close(1)\ntime.sleep(0.5)\n"
+    code += "print([output.arrived() for output in ik._fd_outputs])"
+    assert (await executor.execute(code)).text == "[True, True]"
 
 
 # --- streaming -----------------------------------------------------------------------------------

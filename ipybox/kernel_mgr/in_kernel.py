@@ -120,8 +120,9 @@ class _FdOutput:
                 data = os.read(self._fd, size)
             except OSError:
                 data = b""
-            if not data:
-                return  # every writer is gone: the kernel is ending
+            if not data:  # every writer is gone (fd 1 or 2 closed), or the pipe was: nothing more comes
+                self._taken -= size
+                return
             if decoded := text.decode(data):
                 with contextlib.suppress(Exception):  # a closed stream (the kernel ending)
                     self.stream.write(decoded)
