@@ -146,24 +146,26 @@ def _forward_fd_output() -> None:
             _fd_outputs.append(_FdOutput(stream, fd))
 
 
+def _emptied(fd: int) -> bool:
+    return not _pending(fd)
+
+
 def drain_fd_output(*_: object) -> None:
     """Wait until what was written to fd 1 and 2 has reached the streams, then flush it.
 
     ipykernel flushes both streams itself before it replies; the flush here (a round trip to its
     IO thread, which blocks) is only for output that had to be waited for.
     """
-    deadline = time.monotonic() + _DRAIN_SECONDS
-    for output in _fd_outputs:
-        if output.arrived():
-            continue
-        while not output.arrived() and time.monotonic() < deadline:
-            time.sleep(0.001)
-        output.stream.flush()
-    for stream in (sys.stdout, sys.stderr):  # where ipykernel forwards (it has no count to wait for)
+    waits: list[tuple[Any, Callable[[], bool]]] = [(output.stream, output.arrived) for output in _fd_outputs]
+    for stream in (sys.stdout, sys.stderr):  # where ipykernel forwards: it has no count, only its pipe
         fd = getattr(stream, "_fid", None)  # the read end of ipykernel's capture pipe
-        if not isinstance(fd, int) or not _pending(fd):
+        if isinstance(fd, int):
+            waits.append((stream, functools.partial(_emptied, fd)))
+    deadline = time.monotonic() + _DRAIN_SECONDS
+    for stream, arrived in waits:
+        if arrived():
             continue
-        while _pending(fd) and time.monotonic() < deadline:
+        while not arrived() and time.monotonic() < deadline:
             time.sleep(0.001)
         stream.flush()
 
